@@ -1,0 +1,93 @@
+"""`BVBlendConfig`: the estimator's parameters, their defaults and their validation.
+
+The names and defaults follow ``docs/estimator.md`` (section 5 of the spec). Values the paper does not
+state (``temperature``, ``n0``, ``v_prior``, ``delta_n``) are our documented choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+WEIGHT_MODES = ("sem", "fixed", "neff", "sigma")
+
+
+@dataclass(frozen=True)
+class BVBlendConfig:
+    """Parameters of the BV-Blend estimator.
+
+    Attributes:
+        gamma: EMA decay of the per-cluster moments, in (0, 1]. The paper uses 0.9.
+        epsilon: added to the blended scale before dividing, as verl's GRPO does (1e-6).
+        temperature: T in the confidence weight w = exp(-SEM / T).
+        n0: effective sample size given to a cluster at its first sighting (cold start).
+        v_prior: variance assumed at a cluster's first sighting; 0.25 is the largest a 0/1 reward can have.
+        delta_n: floor on the effective sample size inside the SEM, so a young cluster is not over-trusted.
+        weight_mode: ``sem`` (the method), or the ablations ``fixed``, ``neff`` and ``sigma``.
+        fixed_weight: the weight of mode ``fixed`` (paper ablation: 0.5).
+        max_abs_advantage: optional clip of the sequence advantage; ``None`` (default) is no clip.
+        sync_across_ranks: all-reduce the per-call sufficient statistics when torch.distributed runs
+            with more than one rank.
+    """
+
+    gamma: float = 0.9
+    epsilon: float = 1e-6
+    temperature: float = 0.1
+    n0: float = 1.0
+    v_prior: float = 0.25
+    delta_n: float = 1.0
+    weight_mode: str = "sem"
+    fixed_weight: float = 0.5
+    max_abs_advantage: float | None = None
+    sync_across_ranks: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("gamma", "epsilon", "temperature", "n0", "v_prior", "delta_n", "fixed_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"BVBlendConfig.{name} must be a finite number, got {value!r}.")
+        _require(0.0 < self.gamma <= 1.0, "gamma", self.gamma, "must be in (0, 1]: it is the EMA decay per call")
+        _require(self.epsilon >= 0.0, "epsilon", self.epsilon, "must be >= 0")
+        _require(self.temperature > 0.0, "temperature", self.temperature, "must be > 0: w = exp(-SEM / T)")
+        _require(self.n0 > 0.0, "n0", self.n0, "must be > 0: it is a cluster's sample size at first sighting")
+        _require(self.v_prior >= 0.0, "v_prior", self.v_prior, "must be >= 0: it is a variance")
+        _require(self.delta_n > 0.0, "delta_n", self.delta_n, "must be > 0: it floors the N inside the SEM")
+        _require(
+            self.weight_mode in WEIGHT_MODES,
+            "weight_mode",
+            self.weight_mode,
+            f"must be one of {', '.join(WEIGHT_MODES)}",
+        )
+        _require(0.0 <= self.fixed_weight <= 1.0, "fixed_weight", self.fixed_weight, "must be in [0, 1]")
+        if self.max_abs_advantage is not None:
+            value = self.max_abs_advantage
+            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and math.isfinite(value)
+            _require(ok, "max_abs_advantage", value, "must be a finite number > 0, or None for no clip")
+        _require(isinstance(self.sync_across_ranks, bool), "sync_across_ranks", self.sync_across_ranks, "must be a bool")
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> BVBlendConfig:
+        """Build from a dict or an OmegaConf node, rejecting unknown keys by name.
+
+        Keys that are not estimator parameters (the verl glue's own options) must be removed by the caller.
+        """
+        options = dict(options or {})
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown BV-Blend option(s) {unknown}. Known options: {sorted(known)}. Check the spelling "
+                "of algorithm.bv_blend.* in your config."
+            )
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _require(condition: bool, name: str, value: Any, why: str) -> None:
+    if not condition:
+        raise ValueError(f"BVBlendConfig.{name}={value!r} is invalid: it {why}.")

@@ -1,0 +1,2 @@
+class BVBlendEstimator:  # placeholder, replaced in the next commit
+    pass

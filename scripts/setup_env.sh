@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Creates (or refreshes) the project's virtual environment in .venv: CPU torch, verl 0.9.1 with
+# TransferQueue, the CPU build of vLLM, bv_blend itself (editable) and the test tools.
+# Idempotent: a second run with an unchanged pyproject.toml returns in about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${BV_BLEND_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+stamp="$VENV/.bv_blend_setup_$(cat pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  exit 0
+fi
+pip_install() { "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+echo "[setup] installing dependencies into $VENV (a few minutes on a fresh machine)"
+pip_install -U pip
+# The CPU wheel of torch first: installed later, a bare "torch" requirement would pull a multi-GB CUDA build.
+pip_install "torch==2.13.0"
+pip_install -e ".[test,cpu]"
+# These three PyPI wheels link against CUDA libraries that a CPU machine lacks, and fail at import time.
+# verl's text path never needs them and vLLM treats their absence as "feature off" (docs/cpu.md).
+"$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" -c "import torch, verl, bv_blend; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
+  || { echo "[setup] the environment does not import; see the messages above" >&2; exit 1; }
+rm -f "$VENV"/.bv_blend_setup_*
+touch "$stamp"
+echo "[setup] done"
