@@ -66,7 +66,9 @@ class BVBlendConfig:
             value = self.max_abs_advantage
             ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and math.isfinite(value)
             _require(ok, "max_abs_advantage", value, "must be a finite number > 0, or None for no clip")
-        _require(isinstance(self.sync_across_ranks, bool), "sync_across_ranks", self.sync_across_ranks, "must be a bool")
+        _require(
+            isinstance(self.sync_across_ranks, bool), "sync_across_ranks", self.sync_across_ranks, "must be a bool"
+        )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> BVBlendConfig:

@@ -1,0 +1,56 @@
+"""Turn group ids as verl passes them (uuid strings in a numpy object array) or as tests pass them (ints)
+into contiguous integer codes, and spot verl's padding rows by their uid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+# verl's V1 trainer names the uid of each synthetic padding row f"pad{uuid4().hex}"
+# (verl/trainer/ppo/padding_utils.py, upsample_batch_to_divisible_size).
+PADDING_UID_PREFIX = "pad"
+
+GroupIds = np.ndarray | torch.Tensor | Sequence[Any]
+
+
+def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Map group ids to codes 0..G-1 (first-sorted order) and flag padding uids.
+
+    Returns:
+        codes: (B,) int64 tensor.
+        padding: (B,) bool tensor of rows whose uid starts with "pad", or None when ids are integers.
+    """
+    if isinstance(group_ids, torch.Tensor):
+        if group_ids.dtype.is_floating_point or group_ids.dtype.is_complex or group_ids.dim() != 1:
+            raise TypeError(
+                f"group_ids as a tensor must be 1-D integers, got dtype {group_ids.dtype} and shape "
+                f"{tuple(group_ids.shape)}. Pass uid strings as a numpy object array instead."
+            )
+        _, codes = torch.unique(group_ids, return_inverse=True)
+        return codes.to(torch.int64), None
+
+    ids = np.asarray(group_ids) if not isinstance(group_ids, np.ndarray) else group_ids
+    if ids.ndim != 1:
+        raise ValueError(f"group_ids must be 1-D (one id per row), got shape {ids.shape}.")
+    if ids.dtype.kind in "iub":
+        _, codes = np.unique(ids, return_inverse=True)
+        return torch.from_numpy(codes.astype(np.int64, copy=False)), None
+    if ids.dtype.kind == "f":
+        raise TypeError("group_ids must be strings or integers, got floats. Pass verl's uid array as it is.")
+    try:
+        uniques, codes = np.unique(ids, return_inverse=True)
+    except TypeError as error:
+        raise TypeError(
+            f"group_ids mix types that cannot be compared ({error}); verl's uids are all strings."
+        ) from error
+    codes = torch.from_numpy(codes.astype(np.int64, copy=False))
+    # Test the G unique ids, not the B rows: a group has one id however many rows it has.
+    padding_unique = np.fromiter(
+        (isinstance(uid, str) and uid.startswith(PADDING_UID_PREFIX) for uid in uniques.tolist()),
+        dtype=bool,
+        count=len(uniques),
+    )
+    return codes, torch.from_numpy(padding_unique)[codes]

@@ -1,0 +1,132 @@
+"""Per-cluster EMA reward moments: the estimator's only state (spec sections 4, 5.5-5.7).
+
+Like a torchmetrics ``Metric``, the state is a few dense tensors, and a call folds a batch into them
+through *sufficient statistics* that reduce by addition: per cluster k, S1_k = sum R, S2_k = sum R^2 and
+n_k = row count. Because they add, several ranks that each hold whole groups agree on the state after one
+all-reduce (sum) of the (3, K) statistics, whatever way the groups were split.
+
+All state is float64: the sums are exact for 0/1 rewards, and for real-valued rewards the order in which
+ranks or rows are summed changes the result by rounding only (about 1e-16 relative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+STATE_DTYPE = torch.float64
+# Rows of the (3, K) sufficient-statistics tensor.
+SUM, SUM_SQ, COUNT = 0, 1, 2
+STATE_TENSORS = ("count", "mean", "second_moment", "seen")
+
+
+def sufficient_statistics(rewards: torch.Tensor, slots: torch.Tensor, num_clusters: int) -> torch.Tensor:
+    """Per-cluster (S1, S2, n) of one call as a (3, K) float64 tensor.
+
+    ``slots`` holds each row's cluster, or ``num_clusters`` for a row that must not count (padding, or
+    no cluster): that extra slot is summed and then dropped, which avoids a boolean-mask copy.
+    """
+    rewards = rewards.to(STATE_DTYPE)
+    per_row = torch.stack((rewards, rewards * rewards, torch.ones_like(rewards)), dim=1)
+    sums = torch.zeros(num_clusters + 1, 3, dtype=STATE_DTYPE).index_add_(0, slots, per_row)
+    return sums[:num_clusters].T.contiguous()
+
+
+def should_sync(enabled: bool) -> bool:
+    """True when torch.distributed runs with more than one rank and syncing is on."""
+    return enabled and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_reduce(tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+    """All-reduce a CPU tensor in place, through the device that the process group's backend needs."""
+    if dist.get_backend() == "nccl":
+        on_device = tensor.to(torch.device("cuda", torch.cuda.current_device()))
+        dist.all_reduce(on_device, op=op)
+        tensor.copy_(on_device.cpu())
+    else:
+        dist.all_reduce(tensor, op=op)
+    return tensor
+
+
+class ClusterMoments:
+    """EMA moments of the reward per cluster: N (effective sample size), m1 (mean), m2 (second raw moment).
+
+    Args:
+        num_clusters: K, the number of clusters of the codebook.
+        gamma: EMA decay per call.
+        n0: effective sample size that a cluster starts with at its first sighting.
+        v_prior: variance that a cluster starts with at its first sighting.
+    """
+
+    def __init__(self, num_clusters: int, gamma: float, n0: float, v_prior: float) -> None:
+        if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
+            raise ValueError(f"num_clusters must be a positive int (the codebook's K), got {num_clusters!r}.")
+        self.num_clusters = num_clusters
+        self.gamma = gamma
+        self.n0 = n0
+        self.v_prior = v_prior
+        self.count = torch.zeros(num_clusters, dtype=STATE_DTYPE)
+        self.mean = torch.zeros(num_clusters, dtype=STATE_DTYPE)
+        self.second_moment = torch.zeros(num_clusters, dtype=STATE_DTYPE)
+        self.seen = torch.zeros(num_clusters, dtype=torch.bool)
+
+    def variance(self) -> torch.Tensor:
+        """v_k = max(m2_k - m1_k^2, 0): the historical variance per cluster."""
+        return (self.second_moment - self.mean * self.mean).clamp_min(0.0)
+
+    def fold(self, stats: torch.Tensor) -> None:
+        """Fold one call's (3, K) sufficient statistics into the state: cold start, then EMA (spec 5.6-5.7)."""
+        batch_sum, batch_sum_sq, batch_count = stats[SUM], stats[SUM_SQ], stats[COUNT]
+
+        # Cold start: a cluster seen for the first time starts from the batch mean with a prior variance,
+        # worth n0 samples, so that one lucky batch cannot make it look certain.
+        first_sighting = ~self.seen & (batch_count > 0)
+        first_mean = batch_sum / batch_count.clamp_min(1.0)
+        count = torch.where(first_sighting, self.n0, self.count)
+        mean = torch.where(first_sighting, first_mean, self.mean)
+        second_moment = torch.where(first_sighting, first_mean * first_mean + self.v_prior, self.second_moment)
+
+        # Dense EMA: every cluster ages by gamma; an absent one keeps its moments and loses weight.
+        decayed = self.gamma * count
+        new_count = decayed + batch_count
+        has_mass = new_count > 0
+        safe_count = torch.where(has_mass, new_count, 1.0)
+        self.mean = torch.where(has_mass, (decayed * mean + batch_sum) / safe_count, mean)
+        self.second_moment = torch.where(has_mass, (decayed * second_moment + batch_sum_sq) / safe_count, second_moment)
+        self.count = new_count
+        self.seen = self.seen | first_sighting
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name).clone() for name in STATE_TENSORS}
+
+    def validate_state(self, state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """Check a saved state against this object's K, without changing anything; return clean copies."""
+        missing = [name for name in STATE_TENSORS if name not in state]
+        if missing:
+            raise ValueError(
+                f"BV-Blend state is missing {missing}; it was not written by BVBlendEstimator.state_dict()."
+            )
+        clean = {}
+        for name in STATE_TENSORS:
+            value = state[name]
+            if not isinstance(value, torch.Tensor) or value.shape != (self.num_clusters,):
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(
+                    f"BV-Blend state '{name}' must be a tensor of shape ({self.num_clusters},), got {shape}."
+                )
+            dtype = torch.bool if name == "seen" else STATE_DTYPE
+            value = value.detach().to("cpu", dtype).clone()
+            if name != "seen" and not torch.isfinite(value).all():
+                raise ValueError(f"BV-Blend state '{name}' holds NaN or infinite values; the file is corrupt.")
+            clean[name] = value
+        if (clean["count"] < 0).any():
+            raise ValueError("BV-Blend state 'count' holds negative effective sample sizes; the file is corrupt.")
+        return clean
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        clean = self.validate_state(state)
+        for name, value in clean.items():
+            setattr(self, name, value)

@@ -1,0 +1,62 @@
+"""One rank of the multi-process test: runs the same calls on its share of whole groups (gloo, CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from bv_blend import BVBlendConfig, BVBlendEstimator
+
+NUM_CLUSTERS = 5
+
+
+def make_calls(seed: int, num_calls: int = 4, binary: bool = True):
+    """Global batches: groups of varying size in random clusters (some -1), rows shuffled."""
+    rng = np.random.default_rng(seed)
+    calls = []
+    for call in range(num_calls):
+        # Call 1 has few groups, so that with 4 ranks some rank holds no row at all.
+        num_groups = 2 if call == 1 else int(rng.integers(3, 12))
+        rewards, uids, clusters, groups = [], [], [], []
+        for group in range(num_groups):
+            size = int(rng.integers(1, 9))
+            cluster = int(rng.integers(-1, NUM_CLUSTERS))
+            values = rng.integers(0, 2, size) if binary else rng.normal(size=size)
+            rewards += values.astype(float).tolist()
+            uids += [f"c{call}g{group}"] * size
+            clusters += [cluster] * size
+            groups += [group] * size
+        order = rng.permutation(len(rewards))
+        calls.append(
+            (
+                torch.tensor(rewards, dtype=torch.float32)[order],
+                np.array(uids, dtype=object)[order],
+                torch.tensor(clusters)[order],
+                np.array(groups)[order],
+            )
+        )
+    return calls
+
+
+def rows_of_rank(groups: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    return np.flatnonzero(groups % world_size == rank)
+
+
+def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, binary: bool) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
+        results = []
+        for rewards, uids, clusters, groups in make_calls(seed, binary=binary):
+            rows = rows_of_rank(groups, rank, world_size)
+            # Each rank also holds a padding row, as verl's balancing would add.
+            local_rewards = torch.cat([rewards[rows], torch.tensor([1.0])])
+            local_uids = np.concatenate([uids[rows], np.array([f"pad{rank}"], dtype=object)])
+            local_clusters = torch.cat([clusters[rows], torch.tensor([0])])
+            advantages = estimator.compute(local_rewards, local_uids, local_clusters)
+            results.append({"rows": torch.from_numpy(rows), "advantages": advantages[:-1],
+                            "metrics": dict(estimator.metrics)})
+        torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
