@@ -40,7 +40,7 @@ _SUMMED = (
     "hist_var_sum",
     "rows",
     "nonzero_rows",
-)
+)  # the order of the sums in _blend_and_update
 
 
 class BVBlendEstimator:
@@ -87,12 +87,12 @@ class BVBlendEstimator:
             ValueError: NaN or infinite rewards, cluster ids outside -1..K-1, a group mixing clusters, or
                 inputs of different lengths. The state is left exactly as it was.
         """
-        rewards, codes, clusters, valid = self._check_inputs(rewards, group_ids, cluster_ids, valid)
+        rewards, codes, clusters, valid, group_cluster = self._check_inputs(rewards, group_ids, cluster_ids, valid)
         if rewards.numel() == 0 and not should_sync(self.config.sync_across_ranks):
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
             self.metrics = self._empty_metrics()
             return rewards.clone()
-        return self._blend_and_update(rewards, codes, clusters, valid)
+        return self._blend_and_update(rewards, codes, clusters, valid, group_cluster)
 
     def compute_token_level(
         self,
@@ -121,37 +121,36 @@ class BVBlendEstimator:
 
     # ------------------------------------------------------------------------------------------------- math
     def _blend_and_update(
-        self, rewards: torch.Tensor, codes: torch.Tensor, clusters: torch.Tensor, valid: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        codes: torch.Tensor,
+        clusters: torch.Tensor,
+        valid: torch.Tensor,
+        group_cluster: torch.Tensor,
     ) -> torch.Tensor:
         cfg, moments, num_clusters = self.config, self.moments, self.num_clusters
-        reward64 = rewards.to(torch.float64)
-        num_groups = int(codes.max()) + 1 if codes.numel() else 0
-        valid64 = valid.to(torch.float64)
+        # Invalid rows become reward 0 with weight 0, so junk (even NaN) in padding rows never reaches a sum.
+        reward = torch.where(valid, rewards.to(torch.float64), 0.0)
+        # Per row: its contribution to S1, S2 and n, for the group statistics and the cluster statistics alike.
+        per_row = torch.stack((reward, reward * reward, valid.to(torch.float64)), dim=1)
 
-        # (3) Prompt-local statistics over valid rows: mean_g and the unbiased std_g (0 for a single row).
-        group_rows = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, codes, valid64)
-        group_sum = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, codes, reward64 * valid64)
+        # (3) Prompt-local statistics over valid rows: mean_g and the unbiased std_g^2 (0 for a single row).
+        group_sum, group_sum_sq, group_rows = (
+            torch.zeros(group_cluster.numel(), 3, dtype=torch.float64).index_add_(0, codes, per_row).unbind(1)
+        )
         group_mean = group_sum / group_rows.clamp_min(1.0)
-        centered = (reward64 - group_mean[codes]) * valid64
-        group_sq = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, codes, centered * centered)
-        group_var = torch.where(group_rows >= 2, group_sq / (group_rows - 1.0).clamp_min(1.0), 0.0)
-
-        # Each group's cluster: the one its valid rows carry (checked identical in _check_inputs).
-        group_cluster = torch.full((num_groups,), NO_CLUSTER, dtype=torch.int64)
-        group_cluster.scatter_reduce_(0, codes[valid], clusters[valid], reduce="amax", include_self=True)
-        has_cluster = group_cluster >= 0
-        cluster_index = group_cluster.clamp_min(0)
+        group_var = ((group_sum_sq - group_sum * group_mean) / (group_rows - 1.0).clamp_min(1.0)).clamp_min(0.0)
 
         # (5.1) Confidence weight per cluster from the history before this call, gathered per group.
-        hist_mean, hist_var = moments.mean, moments.variance()
-        weight = self._cluster_weights(hist_var)
-        group_has_history = has_cluster & moments.seen[cluster_index]
-        group_weight = torch.where(group_has_history, weight[cluster_index], 0.0)
+        cluster_index = group_cluster.clamp_min(0)
+        hist_mean, hist_var = moments.mean[cluster_index], moments.variance()[cluster_index]
+        group_has_history = (group_cluster >= 0) & moments.seen[cluster_index]
+        group_weight = torch.where(group_has_history, self._cluster_weights()[cluster_index], 0.0)
 
         # (5.2) Blend baseline and variance; standardise.
-        baseline = group_weight * hist_mean[cluster_index] + (1.0 - group_weight) * group_mean
-        scale = (group_weight * hist_var[cluster_index] + (1.0 - group_weight) * group_var).sqrt()
-        advantage = (reward64 - baseline[codes]) / (scale[codes] + cfg.epsilon)
+        baseline = group_weight * hist_mean + (1.0 - group_weight) * group_mean
+        scale = (group_weight * hist_var + (1.0 - group_weight) * group_var).sqrt()
+        advantage = (reward - baseline[codes]) / (scale[codes] + cfg.epsilon)
         # (5.3) Optional guard against extreme advantages; off by default, not in the paper.
         if cfg.max_abs_advantage is not None:
             advantage = advantage.clamp(-cfg.max_abs_advantage, cfg.max_abs_advantage)
@@ -159,39 +158,45 @@ class BVBlendEstimator:
 
         # (5.5) The call's sufficient statistics; rows that must not count go to the dropped slot K.
         slots = torch.where(valid & (clusters >= 0), clusters, num_clusters)
-        stats = sufficient_statistics(rewards, slots, num_clusters)
+        stats = sufficient_statistics(per_row, slots, num_clusters)
 
         # Metric sums ride along in the same all-reduce, so the metrics describe the global batch.
-        group_present = (group_rows > 0).to(torch.float64)
-        sums = torch.stack(
+        group_present = group_rows > 0
+        abs_advantage = advantage.abs()
+        group_terms = torch.stack(
             (
-                group_present.sum(),
-                (group_present * (scale > DEGENERATE)).sum(),
-                (group_present * (group_var.sqrt() > DEGENERATE)).sum(),
-                (group_present * ~group_has_history).sum(),
-                (group_present * group_weight).sum(),
-                (group_present * group_has_history).sum(),
-                (group_present * group_has_history * hist_var[cluster_index]).sum(),
-                valid64.sum(),
-                (valid & (advantage.abs() > DEGENERATE)).sum().to(torch.float64),
-            )
-        )
-        abs_max = advantage.abs().max() if advantage.numel() else torch.zeros((), dtype=torch.float64)
+                group_present,
+                scale > DEGENERATE,
+                group_var > DEGENERATE**2,
+                group_present & ~group_has_history,
+                group_weight,
+                group_has_history,
+                group_has_history * hist_var,
+            ),
+            dim=1,
+        ).to(torch.float64)
+        row_terms = torch.stack((per_row[:, 2].sum(), (abs_advantage > DEGENERATE).sum()))
+        sums = torch.cat((group_terms.sum(0), row_terms.to(torch.float64)))
+        abs_max = abs_advantage.max() if advantage.numel() else torch.zeros((), dtype=torch.float64)
         if should_sync(cfg.sync_across_ranks):
             packed = all_reduce(torch.cat((stats.flatten(), sums)))
-            stats, sums = packed[: stats.numel()].view_as(stats), packed[stats.numel() :]
+            stats, sums = packed[: stats.numel()].view(3, num_clusters), packed[stats.numel() :]
             abs_max = all_reduce(abs_max.reshape(1), op=torch.distributed.ReduceOp.MAX)[0]
 
+        # One host sync for all the scalars: the metric sums, the largest |A| and the clustered row count.
+        *summed, abs_max_value, clustered_rows = torch.cat(
+            (sums, abs_max.reshape(1), stats[2].sum().reshape(1))
+        ).tolist()
         # (5.6, 5.7) Fold into the history, unless no row of the (global) call had a cluster.
-        if stats[2].sum() > 0:
+        if clustered_rows > 0:
             moments.fold(stats)
             self.num_updates += 1
-        self.metrics = self._metrics(dict(zip(_SUMMED, sums.tolist(), strict=True)), float(abs_max))
+        self.metrics = self._metrics(dict(zip(_SUMMED, summed, strict=True)), abs_max_value)
         return advantage.to(rewards.dtype)
 
-    def _cluster_weights(self, hist_var: torch.Tensor) -> torch.Tensor:
-        """w_k of the configured weight mode (spec 5.1), before masking unseen clusters."""
-        cfg, count = self.config, self.moments.count
+    def _cluster_weights(self) -> torch.Tensor:
+        """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
+        cfg, count, hist_var = self.config, self.moments.count, self.moments.variance()
         floored_count = count.clamp_min(cfg.delta_n)
         if cfg.weight_mode == "sem":
             return torch.exp(-(hist_var / floored_count).sqrt() / cfg.temperature)
@@ -226,8 +231,11 @@ class BVBlendEstimator:
         group_ids: GroupIds,
         cluster_ids: torch.Tensor | np.ndarray,
         valid: torch.Tensor | np.ndarray | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Validate everything before any state changes, so a bad call loses nothing."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Validate everything before any state changes, so a bad call loses nothing.
+
+        Returns rewards, group codes, cluster ids, the validity mask and each group's cluster.
+        """
         if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1 or not rewards.dtype.is_floating_point:
             got = f"{rewards.dtype} {tuple(rewards.shape)}" if isinstance(rewards, torch.Tensor) else type(rewards)
             raise ValueError(f"rewards must be a 1-D float tensor (one reward per row), got {got}.")
@@ -239,7 +247,7 @@ class BVBlendEstimator:
                 f"cluster_ids must be a 1-D integer tensor or array, got {clusters.dtype} {tuple(clusters.shape)}."
             )
         clusters = clusters.to(torch.int64)
-        codes, padding_uid = factorize_groups(group_ids)
+        codes, num_groups, padding_uid = factorize_groups(group_ids)
         valid = torch.ones(batch, dtype=torch.bool) if valid is None else torch.as_tensor(valid).cpu()
         lengths = {
             "rewards": batch,
@@ -266,20 +274,20 @@ class BVBlendEstimator:
                 f"was annotated with another codebook than this estimator's K={self.num_clusters}. Re-annotate it "
                 "with scripts/build_codebook.py, or set num_clusters to the codebook's K."
             )
-        if batch and valid.any():
-            num_groups = int(codes.max()) + 1
-            low = torch.full((num_groups,), self.num_clusters, dtype=torch.int64)
-            high = torch.full((num_groups,), NO_CLUSTER, dtype=torch.int64)
-            low.scatter_reduce_(0, codes[valid], clusters[valid], reduce="amin")
-            high.scatter_reduce_(0, codes[valid], clusters[valid], reduce="amax")
-            mixed = (high >= 0) & (low != high)
-            if mixed.any():
-                group = int(mixed.nonzero()[0])
-                raise ValueError(
-                    f"A prompt group mixes clusters {int(low[group])} and {int(high[group])}: all rows of one "
-                    "group (one uid) must carry their prompt's cluster id."
-                )
-        return rewards, codes, clusters, valid
+        # Each group's cluster is the one its valid rows carry; the lowest and highest must agree.
+        # Invalid rows take neutral values (K for the minimum, -1 for the maximum) so they never vote.
+        group_low = torch.full((num_groups,), self.num_clusters, dtype=torch.int64)
+        group_low.scatter_reduce_(0, codes, torch.where(valid, clusters, self.num_clusters), reduce="amin")
+        group_cluster = torch.full((num_groups,), NO_CLUSTER, dtype=torch.int64)
+        group_cluster.scatter_reduce_(0, codes, torch.where(valid, clusters, NO_CLUSTER), reduce="amax")
+        mixed = (group_cluster >= 0) & (group_low != group_cluster)
+        if mixed.any():
+            group = int(mixed.nonzero()[0])
+            raise ValueError(
+                f"A prompt group mixes clusters {int(group_low[group])} and {int(group_cluster[group])}: all rows "
+                "of one group (one uid) must carry their prompt's cluster id."
+            )
+        return rewards, codes, clusters, valid, group_cluster
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

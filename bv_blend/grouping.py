@@ -16,11 +16,12 @@ PADDING_UID_PREFIX = "pad"
 GroupIds = np.ndarray | torch.Tensor | Sequence[Any]
 
 
-def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Map group ids to codes 0..G-1 (first-sorted order) and flag padding uids.
+def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, int, torch.Tensor | None]:
+    """Map group ids to codes 0..G-1 (in sorted order of the ids) and flag padding uids.
 
     Returns:
         codes: (B,) int64 tensor.
+        num_groups: G.
         padding: (B,) bool tensor of rows whose uid starts with "pad", or None when ids are integers.
     """
     if isinstance(group_ids, torch.Tensor):
@@ -29,15 +30,15 @@ def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, torch.Tensor | 
                 f"group_ids as a tensor must be 1-D integers, got dtype {group_ids.dtype} and shape "
                 f"{tuple(group_ids.shape)}. Pass uid strings as a numpy object array instead."
             )
-        _, codes = torch.unique(group_ids, return_inverse=True)
-        return codes.to(torch.int64), None
+        uniques, codes = torch.unique(group_ids, return_inverse=True)
+        return codes.to(torch.int64), uniques.numel(), None
 
     ids = np.asarray(group_ids) if not isinstance(group_ids, np.ndarray) else group_ids
     if ids.ndim != 1:
         raise ValueError(f"group_ids must be 1-D (one id per row), got shape {ids.shape}.")
     if ids.dtype.kind in "iub":
-        _, codes = np.unique(ids, return_inverse=True)
-        return torch.from_numpy(codes.astype(np.int64, copy=False)), None
+        uniques, codes = np.unique(ids, return_inverse=True)
+        return torch.from_numpy(codes.astype(np.int64, copy=False)), len(uniques), None
     if ids.dtype.kind == "f":
         raise TypeError("group_ids must be strings or integers, got floats. Pass verl's uid array as it is.")
     try:
@@ -53,4 +54,4 @@ def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, torch.Tensor | 
         dtype=bool,
         count=len(uniques),
     )
-    return codes, torch.from_numpy(padding_unique)[codes]
+    return codes, len(uniques), torch.from_numpy(padding_unique)[codes]

@@ -23,16 +23,15 @@ SUM, SUM_SQ, COUNT = 0, 1, 2
 STATE_TENSORS = ("count", "mean", "second_moment", "seen")
 
 
-def sufficient_statistics(rewards: torch.Tensor, slots: torch.Tensor, num_clusters: int) -> torch.Tensor:
+def sufficient_statistics(per_row: torch.Tensor, slots: torch.Tensor, num_clusters: int) -> torch.Tensor:
     """Per-cluster (S1, S2, n) of one call as a (3, K) float64 tensor.
 
-    ``slots`` holds each row's cluster, or ``num_clusters`` for a row that must not count (padding, or
-    no cluster): that extra slot is summed and then dropped, which avoids a boolean-mask copy.
+    ``per_row`` is (B, 3): each row's (R, R^2, 1), zeroed for rows that must not count. ``slots`` holds each
+    row's cluster, or ``num_clusters`` for a row that must not count (padding, or no cluster): that extra
+    slot is summed and then dropped, which avoids a boolean-mask copy.
     """
-    rewards = rewards.to(STATE_DTYPE)
-    per_row = torch.stack((rewards, rewards * rewards, torch.ones_like(rewards)), dim=1)
     sums = torch.zeros(num_clusters + 1, 3, dtype=STATE_DTYPE).index_add_(0, slots, per_row)
-    return sums[:num_clusters].T.contiguous()
+    return sums[:num_clusters].T
 
 
 def should_sync(enabled: bool) -> bool:

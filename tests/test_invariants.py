@@ -87,8 +87,11 @@ def test_padding_rows_change_no_advantage_and_no_state(config, history, batch, n
     all_rewards = torch.cat([rewards, pad_rewards])
     all_uids = np.concatenate([uids, pad_uids])
     all_clusters = torch.cat([clusters, pad_clusters])
-    order = list(range(len(all_rewards)))
-    random.shuffle(order)
+    # Interleave the padding rows at random places, keeping the real rows in their order, so that every
+    # sum sees the same real values in the same order and the results must agree bit for bit.
+    slots = sorted(random.sample(range(len(all_rewards)), num_padding))
+    real, pads = iter(range(len(rewards))), iter(range(len(rewards), len(all_rewards)))
+    order = [next(pads) if position in slots else next(real) for position in range(len(all_rewards))]
     actual = padded.compute(all_rewards[order], all_uids[order], all_clusters[order])
 
     position = {row: index for index, row in enumerate(order)}

@@ -1,0 +1,130 @@
+"""uid -> cluster id for one batch, read from each row's ``extra_info`` (or assigned on the fly).
+
+Both trainers give every row its prompt's ``uid`` (a fresh uuid per prompt and step) and carry the dataset's
+``extra_info`` along: on the legacy ``DataProto`` (``non_tensor_batch``), in V1 in TransferQueue. Mapping by uid
+is robust to verl reordering rows (``_balance_batch``) and to its synthetic padding rows (uid ``pad...``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from bv_blend.estimator import NO_CLUSTER
+from bv_blend.verl.options import ANNOTATE_HINT
+from bv_blend.verl.runtime import Session
+
+
+class MissingClusterError(ValueError):
+    """A prompt reached the estimator without a cluster id and ``on_missing_cluster`` is ``error``."""
+
+
+def is_padding_uid(uid: Any) -> bool:
+    """verl's ``upsample_batch_to_divisible_size`` names its synthetic rows ``pad<hex>``."""
+    return str(uid).startswith("pad")
+
+
+def build_cluster_map(
+    session: Session,
+    uids: Sequence[Any],
+    extra_infos: Sequence[Any] | None,
+    row_for_text: Callable[[int], Mapping[str, Any]] | None = None,
+) -> dict[str, int]:
+    """uid -> cluster id for the non-padding rows of a batch.
+
+    Args:
+        session: supplies K, the ``extra_info`` key and what to do about prompts without an id.
+        uids: one per row.
+        extra_infos: one ``extra_info`` dict per row, or ``None`` when the batch has none at all.
+        row_for_text: row index -> dataset row (``prompt``, ``extra_info``, ...) used to encode prompts that have no
+            id when ``on_missing_cluster=assign``.
+
+    Raises:
+        MissingClusterError: prompts without an id in ``error`` mode (the message says how to annotate).
+        ValueError: an id that is not an integer in 0..K-1, or two rows of one uid with different ids.
+    """
+    key, k = session.glue.cluster_key, session.num_clusters
+    clusters: dict[str, int] = {}
+    missing: dict[str, int] = {}  # uid -> first row, for the error message or the encoder
+    for row, uid in enumerate(uids):
+        uid = str(uid)
+        if is_padding_uid(uid):
+            continue
+        info = extra_infos[row] if extra_infos is not None else None
+        value = info.get(key) if isinstance(info, Mapping) else None
+        if value is None:
+            missing.setdefault(uid, row)
+            continue
+        cluster = _as_cluster_id(value, uid, key, k)
+        if clusters.setdefault(uid, cluster) != cluster:
+            raise ValueError(
+                f"Rows of prompt uid {uid} carry different cluster ids ({clusters[uid]} and {cluster}) in "
+                f"extra_info['{key}']: all rows of one prompt must share its id. Re-annotate the data."
+            )
+    missing = {uid: row for uid, row in missing.items() if uid not in clusters}
+    if missing:
+        clusters.update(_assign_missing(session, missing, row_for_text))
+    return clusters
+
+
+def cluster_ids_for_rows(
+    index: Sequence[Any] | None, response_mask: torch.Tensor, mapping: Mapping[str, int] | None
+) -> torch.Tensor:
+    """Per-row cluster ids for the estimator: the uid's id, or -1 for padding rows (pad uid or empty mask)."""
+    if index is None:
+        raise ValueError(
+            "BV-Blend needs each row's prompt uid (verl passes it as `index` from non_tensor_batch['uid']); "
+            "the DataProto given to compute_advantage has no 'uid'."
+        )
+    nonempty = (response_mask != 0).any(dim=-1).tolist()
+    ids = np.full(len(index), NO_CLUSTER, dtype=np.int64)
+    unknown = []
+    for row, uid in enumerate(index):
+        uid = str(uid)
+        if mapping is not None and uid in mapping:
+            ids[row] = mapping[uid]
+        elif not is_padding_uid(uid) and nonempty[row]:
+            unknown.append(uid)
+    if unknown:
+        raise MissingClusterError(
+            f"BV-Blend has no cluster id for {len(set(unknown))} prompt uid(s) (e.g. {unknown[0]}). The bv_blend "
+            "trainer hooks read each prompt's cluster from its extra_info before verl calls the estimator; "
+            + (
+                "they did not run for this call (is `bv_blend.verl.plugin` imported in this process? run "
+                "`python -m bv_blend.verl.doctor`). When calling verl's compute_advantage yourself, pass a DataProto "
+                "whose non_tensor_batch has 'extra_info', or wrap the call in bv_blend.verl.runtime.cluster_map()."
+                if mapping is None
+                else "these uids were not in the batch they read."
+            )
+        )
+    return torch.from_numpy(ids)
+
+
+def _as_cluster_id(value: Any, uid: str, key: str, k: int) -> int:
+    integral = isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
+    if isinstance(value, bool) or not integral or not 0 <= int(value) < k:
+        raise ValueError(
+            f"extra_info['{key}']={value!r} of prompt uid {uid} is not a cluster id in 0..{k - 1} (K={k}). "
+            "The data was annotated with another codebook, or the key holds something else; re-annotate with "
+            "scripts/build_codebook.py, or point algorithm.bv_blend.codebook_path / num_clusters at the matching K."
+        )
+    return int(value)
+
+
+def _assign_missing(
+    session: Session, missing: dict[str, int], row_for_text: Callable[[int], Mapping[str, Any]] | None
+) -> dict[str, int]:
+    key = session.glue.cluster_key
+    if session.glue.on_missing_cluster == "error" or row_for_text is None:
+        example = next(iter(missing))
+        raise MissingClusterError(
+            f"{len(missing)} prompt(s) in this batch have no cluster id in extra_info['{key}'] (e.g. uid {example}), "
+            f"and algorithm.bv_blend.on_missing_cluster={session.glue.on_missing_cluster}. " + ANNOTATE_HINT
+        )
+    rows = [row_for_text(row) for row in missing.values()]
+    assigned = session.assigner().assign_rows(rows)
+    return {uid: int(cluster) for uid, cluster in zip(missing, assigned, strict=True)}

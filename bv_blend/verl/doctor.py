@@ -1,0 +1,86 @@
+"""``python -m bv_blend.verl.doctor``: why does verl say "Unknown advantage estimator simply: bv_blend"?
+
+Checks, each in a fresh interpreter so that nothing imported here hides a problem: the entry point is installed;
+a plain ``import verl`` registers ``bv_blend``; the trainer hooks install on this verl. Exit code 0 when all pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, entry_points, version
+
+PROBE_REGISTRY = (
+    "import verl\n"
+    "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+    "fn = get_adv_estimator_fn('bv_blend')\n"
+    "print(fn.__module__ + '.' + fn.__qualname__)\n"
+)
+PROBE_HOOKS = (
+    "import verl\n"
+    "import verl.trainer.ppo.ray_trainer as legacy\n"
+    "import verl.trainer.ppo.v1.trainer_base as v1\n"
+    "from bv_blend.verl import runtime\n"
+    "from bv_blend.verl.patching import is_wrapped\n"
+    "names = ('__init__', '_compute_advantage', '_save_checkpoint', '_load_checkpoint')\n"
+    "targets = [(v1.PPOTrainer, n) for n in names]\n"
+    "targets += [(legacy.RayPPOTrainer, n) for n in ('__init__', '_save_checkpoint', '_load_checkpoint')]\n"
+    "targets += [(legacy, 'compute_advantage'), (legacy, 'compute_data_metrics')]\n"
+    "missing = [getattr(o, '__name__', o) + '.' + n for o, n in targets if not is_wrapped(o, n)]\n"
+    "assert not missing and not runtime.HOOK_ERRORS, (missing, runtime.HOOK_ERRORS)\n"
+    "print(f'{len(targets)} hooks installed')\n"
+)
+
+
+def _probe(code: str, env: dict[str, str]) -> tuple[bool, str]:
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True)
+    lines = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+    return proc.returncode == 0, (lines[-1] if lines else f"exit code {proc.returncode}")
+
+
+def run_checks(env: dict[str, str] | None = None) -> list[tuple[str, bool, str]]:
+    """``(check, passed, detail)`` for each check."""
+    env = dict(os.environ if env is None else env)
+    results = []
+    for dist in ("bv-blend", "verl", "transferqueue"):
+        try:
+            results.append((f"{dist} installed", True, version(dist)))
+        except PackageNotFoundError:
+            results.append((f"{dist} installed", False, "not installed in this Python"))
+    ours = [ep for ep in entry_points(group="verl.plugins") if ep.value.startswith("bv_blend")]
+    results.append(
+        (
+            "entry point verl.plugins",
+            bool(ours),
+            ", ".join(f"{ep.name} = {ep.value}" for ep in ours) or "missing: reinstall with `pip install bv-blend`",
+        )
+    )
+    policy = env.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
+    modules = env.get("VERL_USE_EXTERNAL_MODULES", "")
+    results.append(("VERL_USE_EXTERNAL_PLUGINS / _MODULES", True, f"{policy!r} / {modules!r}"))
+    results.append(("`import verl` registers bv_blend", *_probe(PROBE_REGISTRY, env)))
+    loud = dict(env, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bv_blend.verl.plugin")
+    results.append(("loud route VERL_USE_EXTERNAL_MODULES", *_probe(PROBE_REGISTRY, loud)))
+    results.append(("trainer hooks (V1 and legacy)", *_probe(PROBE_HOOKS, env)))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    results = run_checks()
+    for name, passed, detail in results:
+        print(f"[{'ok' if passed else 'FAIL'}] {name}: {detail}")
+    if not all(passed for _, passed, _ in results):
+        print(
+            "\nFix: `pip install bv-blend` in the Python that runs verl (every node). If the entry point is present "
+            "but registration fails, run with VERL_USE_EXTERNAL_MODULES=bv_blend.verl.plugin: the import error "
+            "then stops verl with its traceback instead of being swallowed."
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

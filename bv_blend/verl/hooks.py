@@ -1,0 +1,162 @@
+"""Trainer hooks, installed when verl imports its trainer modules (see ``plugin.py``).
+
+Every hook is a pass-through unless ``algorithm.adv_estimator == "bv_blend"``, so other estimators run verl's
+code unchanged.
+
+V1 (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``, the default ``trainer.use_v1=true``; covers the sync,
+colocate_async and separate_async modes, none of which overrides these methods):
+  ``__init__``            validate the options and build the estimator before any worker or vLLM server starts;
+  ``_compute_advantage``  read ``uid``/``extra_info`` of the batch from TransferQueue, publish uid -> cluster
+                          around verl's own method, then add ``bv_blend/*`` to the step's ``metrics``;
+  ``_save_checkpoint``    write ``global_step_N/bv_blend_state.pt`` (before verl's save, see ``state.py``);
+  ``_load_checkpoint``    restore it after verl's load.
+
+Legacy (``verl.trainer.ppo.ray_trainer``, ``trainer.use_v1=false``): the same three ``RayPPOTrainer`` methods,
+plus the module globals that ``RayPPOTrainer.fit`` calls: ``compute_advantage`` (the map is built from
+``data.non_tensor_batch["extra_info"]``) and ``compute_data_metrics`` (adds ``bv_blend/*`` to the step dict).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from bv_blend.verl import runtime
+from bv_blend.verl.options import ESTIMATOR_NAME, uses_bv_blend
+from bv_blend.verl.patching import wrap
+
+# What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
+TEXT_FIELDS = ("prompt", "raw_prompt")
+
+
+# ------------------------------------------------------------------------------------------------ shared
+def _checked_init(original: Callable) -> Callable:
+    def __init__(self, config, *args, **kwargs):
+        if uses_bv_blend(config):
+            runtime.raise_hook_errors()
+            runtime.session_for(config.algorithm)  # bad options / missing codebook fail here, not at step 1
+        return original(self, config, *args, **kwargs)
+
+    return __init__
+
+
+def _saving(original: Callable) -> Callable:
+    def _save_checkpoint(self, *args, **kwargs):
+        if uses_bv_blend(self.config):
+            from bv_blend.verl.state import save_state
+
+            save_state(self)
+        return original(self, *args, **kwargs)
+
+    return _save_checkpoint
+
+
+def _loading(original: Callable) -> Callable:
+    def _load_checkpoint(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if uses_bv_blend(self.config):
+            from bv_blend.verl.state import restore_state
+
+            restore_state(self)
+        return result
+
+    return _load_checkpoint
+
+
+def _install_trainer_hooks(trainer_cls: type) -> None:
+    wrap(trainer_cls, "__init__", ("self", "config"), _checked_init)
+    wrap(trainer_cls, "_save_checkpoint", ("self",), _saving)
+    wrap(trainer_cls, "_load_checkpoint", ("self",), _loading)
+
+
+def _row_reader(columns: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
+    """Row ``i`` as a dataset-like dict for the encoder; ``raw_prompt`` stands in for a missing ``prompt``."""
+
+    def row(i: int) -> dict[str, Any]:
+        out = {name: values[i] for name, values in columns.items() if values is not None}
+        if out.get("prompt") is None and out.get("raw_prompt") is not None:
+            out["prompt"] = out["raw_prompt"]
+        return out
+
+    return row
+
+
+# -------------------------------------------------------------------------------------------------- V1
+def install_v1(trainer_base: Any) -> None:
+    """Post-import hook of ``verl.trainer.ppo.v1.trainer_base``."""
+    trainer_cls = trainer_base.PPOTrainer
+    _install_trainer_hooks(trainer_cls)
+    wrap(trainer_cls, "_compute_advantage", ("self", "batch", "metrics"), _v1_compute_advantage)
+
+
+def _v1_compute_advantage(original: Callable) -> Callable:
+    def _compute_advantage(self, batch, metrics):
+        if not uses_bv_blend(self.config):
+            return original(self, batch, metrics)
+        from bv_blend.verl.clusters import build_cluster_map
+
+        session = runtime.session_for(self.config.algorithm)
+        columns = _v1_fetch(batch, with_text=session.glue.on_missing_cluster == "assign")
+        mapping = build_cluster_map(session, columns["uid"], columns.get("extra_info"), _row_reader(columns))
+        with runtime.cluster_map(mapping):
+            result = original(self, batch, metrics)
+        metrics.update(runtime.pop_metrics())
+        return result
+
+    return _compute_advantage
+
+
+def _v1_fetch(batch: Any, with_text: bool) -> dict[str, list]:
+    """Per-row ``uid``/``extra_info`` (and prompt text) of a ``KVBatchMeta``, in ``batch.keys`` order.
+
+    TransferQueue returns non-tensor fields as list-like stacks and silently omits fields no row has.
+    """
+    if len(batch.keys) == 0:
+        return {"uid": []}
+    import transfer_queue as tq
+
+    fields = ["uid", "extra_info", *(TEXT_FIELDS if with_text else ())]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    present = set(data.keys())
+    return {name: list(data[name]) if name in present else None for name in fields}
+
+
+# ---------------------------------------------------------------------------------------------- legacy
+def install_legacy(ray_trainer: Any) -> None:
+    """Post-import hook of ``verl.trainer.ppo.ray_trainer``."""
+    _install_trainer_hooks(ray_trainer.RayPPOTrainer)
+    wrap(ray_trainer, "compute_advantage", ("data", "adv_estimator"), _legacy_compute_advantage)
+    wrap(ray_trainer, "compute_data_metrics", ("batch",), _legacy_compute_data_metrics)
+
+
+def _legacy_compute_advantage(original: Callable) -> Callable:
+    signature = inspect.signature(original)
+
+    def compute_advantage(data, adv_estimator, *args, **kwargs):
+        # V1 imports this same function by name (v1/utils.py); there its own hook has published the map already.
+        if adv_estimator != ESTIMATOR_NAME or runtime.current_cluster_map() is not None:
+            return original(data, adv_estimator, *args, **kwargs)
+        from bv_blend.verl.clusters import build_cluster_map
+
+        config = signature.bind(data, adv_estimator, *args, **kwargs).arguments.get("config")
+        session = runtime.session_for(config)
+        columns = {name: data.non_tensor_batch.get(name) for name in ("uid", "extra_info", *TEXT_FIELDS)}
+        if columns["uid"] is None:
+            return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
+        mapping = build_cluster_map(session, columns["uid"], columns["extra_info"], _row_reader(columns))
+        with runtime.cluster_map(mapping):
+            return original(data, adv_estimator, *args, **kwargs)
+
+    return compute_advantage
+
+
+def _legacy_compute_data_metrics(original: Callable) -> Callable:
+    # RayPPOTrainer.fit calls compute_data_metrics once per step, after compute_advantage, and merges the result
+    # into the step's metrics dict: the one place in the legacy loop where the estimator's metrics can join it.
+    def compute_data_metrics(*args, **kwargs):
+        metrics = original(*args, **kwargs)
+        metrics.update(runtime.pop_metrics())
+        return metrics
+
+    return compute_data_metrics

@@ -1,0 +1,152 @@
+"""Process-wide BV-Blend state of one verl trainer process.
+
+verl computes advantages once per (mini-)batch, in the single-controller process (``TaskRunnerV1`` or the legacy
+``TaskRunner``), and calls the registered estimator with tensors, uids and ``config.algorithm`` only. What a call
+needs beyond that lives here:
+
+- the :class:`Session`: the estimator (built lazily from ``algorithm.bv_blend``), K and the codebook;
+- the uid -> cluster map of the batch being processed, published by the trainer hooks around verl's own call;
+- the metrics of the last call, collected by the hooks into verl's step dict;
+- errors of hooks that could not be installed (reported at trainer start rather than lost in a log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bv_blend.config import BVBlendConfig
+from bv_blend.estimator import BVBlendEstimator
+from bv_blend.verl.options import ANNOTATE_HINT, GlueOptions, read_options
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    """The estimator of this process and what it was built from."""
+
+    estimator_config: BVBlendConfig
+    glue: GlueOptions
+    num_clusters: int
+    codebook_hash: str | None
+    estimator: BVBlendEstimator
+    _codebook: Any = None
+    _assigner: Any = field(default=None, repr=False)
+
+    def assigner(self) -> Any:
+        """The on-the-fly :class:`~bv_blend.encode.ClusterAssigner` (loads the encoder on first use)."""
+        if self._assigner is None:
+            from bv_blend.encode import ClusterAssigner  # heavy (sentence-transformers): only in assign mode
+
+            self._assigner = ClusterAssigner(self._codebook)
+        return self._assigner
+
+
+_SESSION: Session | None = None
+_SESSION_KEY: str | None = None
+_CLUSTER_MAP: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar(
+    "bv_blend_clusters", default=None
+)
+_PENDING_METRICS: dict[str, float] = {}
+HOOK_ERRORS: list[str] = []
+
+
+def session_for(algorithm_config: Any) -> Session:
+    """The session for these options, built on first use (validates options, loads the codebook).
+
+    A process runs one training job, so the options never change in practice; if they do (tests, notebooks),
+    a new estimator with a fresh history replaces the old one, with a warning.
+    """
+    global _SESSION, _SESSION_KEY
+    estimator_config, glue = read_options(algorithm_config)
+    key = json.dumps({"estimator": estimator_config.to_dict(), "glue": glue.__dict__}, sort_keys=True, default=str)
+    if _SESSION is not None and key == _SESSION_KEY:
+        return _SESSION
+    num_clusters, codebook = _resolve_clusters(glue)
+    if _SESSION is not None and _SESSION.estimator.num_updates > 0:
+        logger.warning("algorithm.bv_blend changed within one process: the BV-Blend history starts afresh.")
+    _SESSION = Session(
+        estimator_config=estimator_config,
+        glue=glue,
+        num_clusters=num_clusters,
+        codebook_hash=None if codebook is None else codebook.content_hash,
+        estimator=BVBlendEstimator(num_clusters, estimator_config),
+        _codebook=codebook,
+    )
+    _SESSION_KEY = key
+    return _SESSION
+
+
+def reset() -> None:
+    """Forget the session, the pending metrics and any published cluster map (for tests)."""
+    global _SESSION, _SESSION_KEY
+    _SESSION, _SESSION_KEY = None, None
+    _PENDING_METRICS.clear()
+    _CLUSTER_MAP.set(None)
+
+
+def _resolve_clusters(glue: GlueOptions) -> tuple[int, Any]:
+    """K and the loaded codebook (``None`` without ``codebook_path``); K given twice must agree."""
+    if glue.codebook_path is None:
+        if glue.num_clusters is None:
+            raise ValueError(
+                "algorithm.adv_estimator=bv_blend needs the number of clusters K: set "
+                "algorithm.bv_blend.codebook_path=<codebook.npz from scripts/build_codebook.py> (K is read from it) "
+                "or algorithm.bv_blend.num_clusters=K. " + ANNOTATE_HINT
+            )
+        return glue.num_clusters, None
+    from bv_blend.codebook import Codebook
+
+    codebook = Codebook.load(glue.codebook_path)
+    if glue.num_clusters is not None and glue.num_clusters != codebook.num_clusters:
+        raise ValueError(
+            f"algorithm.bv_blend.num_clusters={glue.num_clusters} but the codebook {glue.codebook_path} has "
+            f"K={codebook.num_clusters}: drop num_clusters (it is read from the codebook) or use the matching codebook."
+        )
+    return codebook.num_clusters, codebook
+
+
+@contextlib.contextmanager
+def cluster_map(mapping: Mapping[str, int]) -> Iterator[None]:
+    """Publish the uid -> cluster map of the batch that verl is about to pass to the estimator."""
+    token = _CLUSTER_MAP.set(mapping)
+    try:
+        yield
+    finally:
+        _CLUSTER_MAP.reset(token)
+
+
+def current_cluster_map() -> Mapping[str, int] | None:
+    return _CLUSTER_MAP.get()
+
+
+def record_metrics(metrics: Mapping[str, float]) -> None:
+    """Keep the metrics of the last estimator call until a hook moves them into verl's step dict."""
+    _PENDING_METRICS.clear()
+    _PENDING_METRICS.update(metrics)
+
+
+def pop_metrics() -> dict[str, float]:
+    """The metrics of the last call, once (empty when no BV-Blend call happened since the last pop)."""
+    metrics = dict(_PENDING_METRICS)
+    _PENDING_METRICS.clear()
+    return metrics
+
+
+def report_hook_error(message: str) -> None:
+    """A hook could not be installed: log it loudly; the trainer-start check raises it if bv_blend is used."""
+    HOOK_ERRORS.append(message)
+    logger.error(message)
+
+
+def raise_hook_errors() -> None:
+    if HOOK_ERRORS:
+        raise RuntimeError(
+            "bv_blend could not hook into this verl version, so BV-Blend cannot run:\n- " + "\n- ".join(HOOK_ERRORS)
+        )

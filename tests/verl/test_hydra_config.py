@@ -1,0 +1,70 @@
+"""configs/bv_blend.yaml composed with the installed verl's ppo_trainer.yaml, and verl's stock config + '+' keys."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException
+
+from bv_blend import BVBlendConfig
+from bv_blend.verl.options import GlueOptions, read_options
+from tests.verl._helpers import compose_config
+
+
+def test_our_config_extends_verl_ppo_trainer_and_declares_every_option():
+    config = compose_config()
+    assert config.algorithm.adv_estimator == "bv_blend"
+    assert config.actor_rollout_ref.rollout.n is not None and config.trainer.resume_mode == "auto"  # verl's keys
+    estimator, glue = read_options(config.algorithm)
+    assert estimator == BVBlendConfig() and glue == GlueOptions()  # yaml values == code defaults
+
+
+def test_overrides_need_no_plus():
+    config = compose_config(
+        [
+            "algorithm.bv_blend.temperature=0.3",
+            "algorithm.bv_blend.num_clusters=16",
+            "algorithm.bv_blend.on_missing_cluster=error",
+            "algorithm.bv_blend.weight_mode=fixed",
+        ]
+    )
+    estimator, glue = read_options(config.algorithm)
+    assert (estimator.temperature, estimator.weight_mode, glue.num_clusters) == (0.3, "fixed", 16)
+
+
+def test_verl_stock_config_with_plus_keys_uses_code_defaults():
+    GlobalHydra.instance().clear()
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        config = compose(
+            "ppo_trainer",
+            overrides=[
+                "algorithm.adv_estimator=bv_blend",
+                "+algorithm.bv_blend.temperature=0.2",
+                "+algorithm.bv_blend.num_clusters=8",
+            ],
+        )
+        with pytest.raises(ConfigCompositionException):  # verl's struct config: a new key needs '+'
+            compose("ppo_trainer", overrides=["algorithm.bv_blend.temperature=0.2"])
+    estimator, glue = read_options(config.algorithm)
+    assert estimator == BVBlendConfig(temperature=0.2) and glue == GlueOptions(num_clusters=8)
+
+
+def test_unknown_option_is_a_clear_error_from_our_code():
+    config = compose_config(["+algorithm.bv_blend.temprature=0.3"])
+    with pytest.raises(ValueError, match=r"Unknown option\(s\) algorithm.bv_blend.\{temprature\}.*glue options"):
+        read_options(config.algorithm)
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("algorithm.bv_blend.on_missing_cluster=skip", "use one of error, assign"),
+        ("algorithm.bv_blend.on_missing_cluster=assign", "needs algorithm.bv_blend.codebook_path"),
+        ("algorithm.bv_blend.num_clusters=0", "positive int"),
+        ("algorithm.bv_blend.gamma=1.5", "gamma"),
+    ],
+)
+def test_bad_values_are_clear_errors(override, match):
+    with pytest.raises(ValueError, match=match):
+        read_options(compose_config([override]).algorithm)

@@ -1,0 +1,125 @@
+"""The V1 trainer's advantage step (verl's default) on a real TransferQueue started on CPU.
+
+Rows are put into TransferQueue the way ``AgentLoopWorkerTQ`` does (key ``{uid}_{session}_{i}``, every dataset
+column incl. ``extra_info``), in shuffled order; verl's real ``upsample_batch_to_divisible_size`` appends its
+synthetic padding rows. Then verl's real ``PPOTrainer._compute_advantage`` (patched by our plugin) runs on a
+``PPOTrainerSync`` built with ``object.__new__`` and only ``config`` set: ``__init__``/``init()`` would start Ray
+workers on GPUs, and ``_compute_advantage`` reads nothing else. Ray + TransferQueue start-up takes ~30-70 s here.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from bv_blend import BVBlendEstimator
+from bv_blend.verl import runtime
+from tests.verl._helpers import K, compose_config, padded, step_rows
+
+pytestmark = pytest.mark.slow
+tq = pytest.importorskip("transfer_queue")
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    import ray
+    from omegaconf import OmegaConf
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+def _put_rows(rows: list[dict], partition_id: str):
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    fields, tags = [], []
+    for row in rows:
+        response = torch.full((row["response_mask"].numel(),), 7, dtype=torch.int64)
+        prompt = torch.full((5,), 3, dtype=torch.int64)
+        input_ids = torch.cat([prompt, response])
+        fields.append(
+            {
+                "uid": row["uid"],
+                "session_id": row["session_id"],
+                "extra_info": row["extra_info"],
+                "raw_prompt": row["raw_prompt"],
+                "data_source": "test",
+                "prompts": prompt,
+                "responses": response,
+                "input_ids": input_ids,
+                "attention_mask": torch.ones_like(input_ids),
+                "position_ids": torch.arange(input_ids.numel()),
+                "response_mask": row["response_mask"],
+                "rm_scores": row["rm_scores"],
+                "rollout_log_probs": torch.zeros(response.numel()),
+            }
+        )
+        tags.append({"status": "success", "global_steps": 0, "response_len": response.numel()})
+    keys = [row["key"] for row in rows]
+    return tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(fields), tags=tags)
+
+
+def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(transfer_queue):
+    from tensordict import TensorDict
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    rows = step_rows(0)
+    shuffled = random.Random(0).sample(rows, len(rows))
+    batch = _put_rows(shuffled, partition_id="train")
+    batch = upsample_batch_to_divisible_size(batch, batch_multiple=8, eos_token_id=0)  # 14 rows -> 16
+    pad_keys = batch.keys[len(rows) :]
+    assert len(pad_keys) == 2 and all(key.startswith("pad") for key in pad_keys)
+    # old_log_probs is computed after padding in verl's step (old_log_prob runs after _balance_batch).
+    lengths = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["response_mask"])
+    old = TensorDict(
+        {
+            "old_log_probs": torch.nested.as_nested_tensor(
+                [torch.zeros(m.numel()) for m in lengths["response_mask"].unbind()], layout=torch.jagged
+            )
+        },
+        batch_size=len(batch),
+    )
+    batch = tq.kv_batch_put(keys=batch.keys, partition_id="train", fields=old)
+
+    config = compose_config([f"algorithm.bv_blend.num_clusters={K}", "actor_rollout_ref.rollout.n=4"])
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = config
+    estimator = runtime.session_for(config.algorithm).estimator
+    seen = {}
+    compute = estimator.compute_token_level
+
+    def recording(rewards, mask, group_ids, cluster_ids, valid=None):
+        seen.update(uids=list(group_ids), clusters=cluster_ids.tolist())
+        return compute(rewards, mask, group_ids, cluster_ids, valid)
+
+    estimator.compute_token_level = recording
+    metrics: dict = {}
+    trainer._compute_advantage(batch, metrics)
+
+    cluster_of = {row["uid"]: row["cluster"] for row in rows}
+    assert len(seen["uids"]) == len(batch.keys)
+    for uid, cluster in zip(seen["uids"], seen["clusters"], strict=True):
+        assert cluster == (-1 if uid.startswith("pad") else cluster_of[uid]), uid
+    assert "bv_blend/effective_signal_ratio" in metrics and metrics == {**metrics, **estimator.metrics}
+
+    reference, _ = BVBlendEstimator(K).compute_token_level(
+        padded(rows, "rm_scores"),
+        padded(rows, "response_mask"),
+        np.array([r["uid"] for r in rows], dtype=object),
+        torch.tensor([r["cluster"] for r in rows]),
+    )
+    written = tq.kv_batch_get(
+        keys=[r["key"] for r in rows] + pad_keys, partition_id="train", select_fields=["advantages"]
+    )["advantages"].unbind()
+    for i, row in enumerate(rows):
+        n = row["response_mask"].numel()
+        torch.testing.assert_close(written[i], reference[i, :n], rtol=1e-6, atol=1e-7)
+    assert all(pad.abs().sum() == 0 for pad in written[len(rows) :])
+    assert reference.abs().sum() > 0
