@@ -1,0 +1,133 @@
+"""Build the verl command that trains one paper config, after checking everything that can be checked first.
+
+The command is verl's own trainer, ``python -m verl.trainer.main_ppo``, started with ``--config-dir`` on our
+configs folder, ``--config-name bv_blend`` (the base: verl's ``ppo_trainer`` + BV-Blend) and ``+paper=<name>``
+(the experiment config ``configs/paper/<name>.yaml``). Multi-node runs join a Ray cluster started beforehand
+(``ray start --head`` on the first node, ``ray start --address=<head>:6379`` on the others); verl's
+``ray.init()`` connects to it through ``RAY_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from bv_blend.paper.configs import BASE_CONFIG, GROUP, compose_paper_config, config_dir
+
+TRAINER_MODULE = "verl.trainer.main_ppo"
+
+
+@dataclass(frozen=True)
+class TrainLaunch:
+    """One training run: the command, the extra environment, where its outputs go, and its composed config."""
+
+    argv: list[str]
+    env: dict[str, str]
+    output_dir: Path
+    config: DictConfig = field(repr=False)
+
+    def shell(self) -> str:
+        """The exact command as one shell line (environment assignments first)."""
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        return " ".join([*assignments, shlex.join(self.argv)])
+
+
+def _hydra_quote(value: str) -> str:
+    """A string as a hydra override value: bare when the override grammar allows it, else single-quoted."""
+    if re.fullmatch(r"[\w./+~-]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _hydra_list(paths: Sequence[Path]) -> str:
+    return "[" + ",".join(_hydra_quote(str(p)) for p in paths) + "]"
+
+
+def _require_exists(paths: Sequence[Path], flag: str, kind: str = "file") -> list[Path]:
+    if not paths:
+        raise ValueError(f"{flag} needs at least one path.")
+    resolved = []
+    for path in paths:
+        path = Path(path).expanduser().resolve()
+        ok = path.is_dir() if kind == "directory" else path.exists()
+        if not ok:
+            raise FileNotFoundError(f"{flag}: {path} does not exist (or is not a {kind}); fix the path.")
+        resolved.append(path)
+    return resolved
+
+
+def build_train_launch(
+    config: str,
+    *,
+    train_files: Sequence[Path],
+    val_files: Sequence[Path],
+    model: Path,
+    codebook: Path | None = None,
+    gpus_per_node: int = 8,
+    nnodes: int = 1,
+    output_dir: Path | None = None,
+    ray_address: str | None = None,
+    overrides: Sequence[str] = (),
+    python: str = sys.executable,
+) -> TrainLaunch:
+    """Check the inputs, compose the config with every override, and return the command that trains it.
+
+    Raises:
+        FileNotFoundError: a data file, the model folder or the codebook does not exist.
+        ValueError: bad counts, a BV-Blend run without a codebook, a multi-node run without a Ray cluster
+            address, or a config that does not compose (unknown name or bad override).
+    """
+    if gpus_per_node < 1 or nnodes < 1:
+        raise ValueError(f"--gpus-per-node ({gpus_per_node}) and --nnodes ({nnodes}) must be >= 1.")
+    train = _require_exists(train_files, "--train-files")
+    val = _require_exists(val_files, "--val-files")
+    (model_dir,) = _require_exists([model], "--model", kind="directory")
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"--model: {model_dir} has no config.json; pass a local Hugging Face model folder.")
+    codebook_path = _require_exists([codebook], "--codebook")[0] if codebook is not None else None
+
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    if nnodes > 1 and not address:
+        raise ValueError(
+            f"--nnodes {nnodes} needs a running Ray cluster: run `ray start --head --port=6379` on the first node "
+            "and `ray start --address=<head-ip>:6379` on every other node, then pass --ray-address <head-ip>:6379."
+        )
+
+    out = Path(output_dir or Path("outputs") / f"{GROUP}_{config}").expanduser().resolve()
+    logs = {"TENSORBOARD_DIR": str(out / "tensorboard"), "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+    launch_overrides = [
+        f"data.train_files={_hydra_list(train)}",
+        f"data.val_files={_hydra_list(val)}",
+        f"actor_rollout_ref.model.path={_hydra_quote(str(model_dir))}",
+        f"trainer.n_gpus_per_node={gpus_per_node}",
+        f"trainer.nnodes={nnodes}",
+        f"trainer.default_local_dir={_hydra_quote(str(out / 'checkpoints'))}",
+        # verl's tensorboard and file loggers run inside Ray actors: hand them the log paths through Ray.
+        *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}={_hydra_quote(value)}" for key, value in logs.items()),
+    ]
+    if codebook_path is not None:
+        launch_overrides.append(f"algorithm.bv_blend.codebook_path={_hydra_quote(str(codebook_path))}")
+    all_overrides = [*launch_overrides, *overrides]  # the user's own overrides come last and win
+
+    composed = compose_paper_config(config, all_overrides)
+    if composed.algorithm.adv_estimator == "bv_blend" and not composed.algorithm.bv_blend.codebook_path:
+        raise ValueError(
+            f"Config {config!r} trains BV-Blend, which needs the prompt clusters' codebook: pass --codebook "
+            "(written by scripts/build_codebook.py)."
+        )
+
+    argv = [
+        python, "-m", TRAINER_MODULE, "--config-dir", str(config_dir()), "--config-name", BASE_CONFIG,
+        f"+{GROUP}={config}", *all_overrides,
+    ]
+    env = dict(logs)
+    if address:
+        env["RAY_ADDRESS"] = address
+    return TrainLaunch(argv=argv, env=env, output_dir=out, config=composed)

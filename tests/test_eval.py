@@ -1,0 +1,312 @@
+"""The evaluation suite on canned model outputs: extraction, option permutation, avg@k / pass@1, the table.
+
+Generation needs vLLM on a GPU; here a canned generator stands in for it (``canned_vllm_stand_in``).
+Maths answers are judged by the real Math-Verify (bv_blend.rewards.verify_answer).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from bv_blend.eval import (
+    BENCHMARKS,
+    avg_at_k,
+    build_request,
+    evaluate,
+    extract_boxed,
+    extract_choice,
+    load_problems,
+    load_scores,
+    mean_pass_at_k,
+    pass_at_k,
+    permute_options,
+    results_table,
+    save_scores,
+    to_markdown,
+    write_table,
+)
+from bv_blend.eval.benchmarks import Problem
+
+# ---------------------------------------------------------------- extraction
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("so $x = \\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"),
+        ("first \\boxed{3}, then corrected: \\boxed{ {4}^{2} }", "{4}^{2}"),
+        ("\\boxed{\\left\\{ 1, 2 \\right\\}}", "\\left\\{ 1, 2 \\right\\}"),
+        ("the answer is \\boxed 7.", "7."),
+        ("\\fbox{12}", "12"),
+        ("good \\boxed{5} then a broken \\boxed{6", "5"),
+        ("no box here, answer 5", None),
+    ],
+)
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Reasoning... so the answer is (B).", "B"),
+        ("Answer: C", "C"),
+        ("**Answer:** (A)", "A"),
+        ("Thus the answer is D", "D"),
+        ("The correct answer is: option B", "B"),
+        ("I considered (A) but (C) fits.", "C"),
+        ("First I thought the answer is A. Re-checking, the answer is (D).", "D"),
+        ("... so \\boxed{C}", "C"),
+        ("... so \\boxed{\\text{(B)}}", "B"),
+        ("B", "B"),
+        ("Answer: E", None),  # only four options
+        ("So the answer is a multiple of 3, namely (B).", "B"),  # "a" is a word, not option A
+        ("We answer a simpler question first.", None),
+        ("I cannot tell.", None),
+    ],
+)
+def test_extract_choice(text, expected):
+    assert extract_choice(text, num_options=4) == expected
+
+
+def test_extract_choice_reads_letters_beyond_d_for_ten_options():
+    assert extract_choice("the answer is (J)", num_options=10) == "J"
+
+
+# ---------------------------------------------------------------- option permutation
+
+
+def test_permutation_is_seeded_and_remaps_the_gold_letter():
+    options = ["red", "green", "blue", "black"]
+    shuffled, gold, order = permute_options(options, gold_index=2, seed=7, key="q1")
+    assert shuffled[gold] == "blue" and sorted(shuffled) == sorted(options)
+    assert [options[i] for i in order] == shuffled
+    assert permute_options(options, 2, seed=7, key="q1") == (shuffled, gold, order)
+    others = {tuple(permute_options(options, 2, seed=s, key="q1")[0]) for s in range(20)}
+    assert len(others) > 5  # the seed matters
+
+
+def test_permutation_spreads_the_gold_position_evenly():
+    positions = Counter(permute_options(list("abcd"), 0, seed=0, key=f"q{i}")[1] for i in range(800))
+    assert set(positions) == {0, 1, 2, 3}
+    assert all(150 <= count <= 250 for count in positions.values()), positions
+
+
+def test_permutation_rejects_a_gold_index_outside_the_options():
+    with pytest.raises(ValueError, match="outside the 3 options"):
+        permute_options(["a", "b", "c"], gold_index=3, seed=0, key="q")
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_pass_at_k_and_avg_at_k_arithmetic():
+    assert pass_at_k(4, 1, 1) == 0.25
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)
+    assert pass_at_k(4, 3, 2) == 1.0
+    assert mean_pass_at_k([[True], [False], [True], [True]]) == 0.75
+    assert avg_at_k([[True, False, False, True], [True] * 4], k=4) == pytest.approx((0.5 + 1.0) / 2)
+    with pytest.raises(ValueError, match="avg@4 needs 4 samples"):
+        avg_at_k([[True, False, True]], k=4)
+    with pytest.raises(ValueError):
+        pass_at_k(2, 3, 1)
+
+
+# ---------------------------------------------------------------- loading the nine formats
+
+
+def _write(tmp_path, name, rows, fmt):
+    path = tmp_path / f"{name}.{fmt}"
+    if fmt == "parquet":
+        pd.DataFrame(rows).to_parquet(path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+CANNED_ROWS = {
+    "amc": [{"id": 1, "problem": "What is 70+72?", "answer": 142.0}, {"id": 2, "problem": "2+3?", "answer": 5.0}],
+    "math500": [
+        {"unique_id": "a", "problem": "Simplify 2/4.", "answer": "\\frac{1}{2}"},
+        {"unique_id": "b", "problem": "What is 3^2?", "answer": "9"},
+    ],
+    "minerva": [{"question": "Compute 6*7.", "answer": "42"}],
+    "aime24": [{"id": 60, "problem": "Find 1+1.", "answer": "2"}],
+    "aime25": [{"problem": "Find 2+2.", "answer": "4"}],
+    "olympiadbench": [{"id": 7, "question": "Find 10-3.", "final_answer": ["7"]}],
+    "arc_c": [
+        {"id": "arc1", "question": "Which is a mammal?",
+         "choices": {"text": ["trout", "whale", "shark", "eel"], "label": ["1", "2", "3", "4"]}, "answerKey": "2"},
+    ],
+    "gpqa_diamond": [
+        {"Record ID": "g1", "Question": "Which particle is a lepton?", "Correct Answer": "electron",
+         "Incorrect Answer 1": "proton", "Incorrect Answer 2": "neutron", "Incorrect Answer 3": "pion"},
+    ],
+    "mmlu_pro": [
+        {"question_id": 11, "question": "Capital of France?",
+         "options": ["Berlin", "Madrid", "Paris", "Rome", "Oslo", "Bern", "Vienna", "Lisbon", "Dublin", "Prague"],
+         "answer": "C"},
+    ],
+}
+GOLD = {"amc": ["142", "5"], "math500": ["\\frac{1}{2}", "9"], "minerva": ["42"], "aime24": ["2"],
+        "aime25": ["4"], "olympiadbench": ["7"], "arc_c": "whale", "gpqa_diamond": "electron",
+        "mmlu_pro": "Paris"}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_load_problems_reads_each_benchmarks_default_fields(tmp_path, fmt):
+    for name, rows in CANNED_ROWS.items():
+        problems = load_problems(BENCHMARKS[name], _write(tmp_path, name, rows, fmt))
+        assert len(problems) == len(rows)
+        if BENCHMARKS[name].kind == "math":
+            assert [p.answer for p in problems] == GOLD[name]
+        else:
+            assert problems[0].options[problems[0].gold_index] == GOLD[name]
+
+
+def test_load_problems_names_missing_columns_and_the_fix(tmp_path):
+    path = _write(tmp_path, "m", [{"prompt": "x", "answer": "1"}], "jsonl")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['problem'\].*--field math500"):
+        load_problems(BENCHMARKS["math500"], path)
+    renamed = BENCHMARKS["math500"].with_fields(question_field="prompt")
+    assert load_problems(renamed, path)[0].question == "x"
+
+
+# ---------------------------------------------------------------- the whole suite on canned outputs
+
+
+def canned_vllm_stand_in(correct_plan):
+    """Stands in for vLLM (needs a GPU): answers each prompt right or wrong per ``correct_plan[prompt]``."""
+
+    def generate(conversations, n):
+        out = []
+        for conv in conversations:
+            prompt = conv[0]["content"]
+            plan, right, wrong = correct_plan[prompt]
+            assert len(plan) == n
+            out.append([right if ok else wrong for ok in plan])
+        return out
+
+    return generate
+
+
+def test_evaluate_scores_canned_outputs_with_math_verify(tmp_path):
+    math500 = BENCHMARKS["math500"]
+    minerva = BENCHMARKS["minerva"]
+    gpqa = BENCHMARKS["gpqa_diamond"]
+    problems = {
+        "math500": (math500, [Problem("a", "Simplify 2/4.", answer="\\frac{1}{2}"), Problem("b", "3^2?", answer="9")]),
+        "minerva": (minerva, [Problem("m1", "6*7?", answer="42"), Problem("m2", "1+1?", answer="2")]),
+        "gpqa_diamond": (gpqa, [Problem(f"g{i}", f"Q{i}", options=("yes", "no", "maybe", "never"), gold_index=0)
+                                for i in range(4)]),
+    }
+    plan = {}
+    # math500 (avg@32): 8/32 right on a (as 0.5, which Math-Verify equates with 1/2), 32/32 on b.
+    req_a, req_b = (build_request(math500, p, seed=0) for p in problems["math500"][1])
+    plan[req_a.prompt] = ([i < 8 for i in range(32)], "so \\boxed{0.5}", "so \\boxed{\\frac{1}{3}}")
+    plan[req_b.prompt] = ([True] * 32, "We get $\\boxed{9}$.", "\\boxed{8}")
+    # minerva (pass@1): one right, one wrong.
+    req_m1, req_m2 = (build_request(minerva, p, seed=0) for p in problems["minerva"][1])
+    plan[req_m1.prompt] = ([True], "\\boxed{42}", "\\boxed{41}")
+    plan[req_m2.prompt] = ([False], "\\boxed{2}", "\\boxed{3}")
+    # gpqa (pass@1, permuted options): answer the letter where "yes" landed on 3 of 4 problems.
+    for i, problem in enumerate(problems["gpqa_diamond"][1]):
+        request = build_request(gpqa, problem, seed=0)
+        where = re.search(r"^([A-D])\. yes$", request.prompt, flags=re.MULTILINE).group(1)
+        assert where == request.gold
+        wrong = next(letter for letter in "ABCD" if letter != where)
+        plan[request.prompt] = ([i < 3], f"The answer is ({where}).", f"Answer: {wrong}")
+
+    results = evaluate(problems, canned_vllm_stand_in(plan), seed=0, out_dir=tmp_path)
+    assert results["math500"].metric == "avg@32"
+    assert results["math500"].score == pytest.approx((8 / 32 + 1.0) / 2)
+    assert results["minerva"].score == 0.5 and results["minerva"].metric == "pass@1"
+    assert results["gpqa_diamond"].score == 0.75
+    lines = (tmp_path / "math500.samples.jsonl").read_text().splitlines()
+    assert len(lines) == 64 and json.loads(lines[0])["extracted"] == "0.5"
+
+    save_scores(tmp_path / "scores.json", "bv_blend", results, {"temperature": 0.6})
+    run, scores = load_scores(tmp_path / "scores.json")
+    assert run == "bv_blend" and scores["gpqa_diamond"] == 0.75
+
+
+def test_choice_gold_positions_vary_across_problems():
+    gpqa = BENCHMARKS["gpqa_diamond"]
+    golds = {build_request(gpqa, Problem(f"g{i}", "Q", options=("a", "b", "c", "d"), gold_index=0), 0).gold
+             for i in range(40)}
+    assert golds == set("ABCD")  # without the permutation GPQA's gold would always be A
+
+
+# ---------------------------------------------------------------- the table
+
+
+def test_results_table_layout_means_and_files(tmp_path):
+    full = {b: 0.5 for b in BENCHMARKS} | {"amc": 0.6, "mmlu_pro": 0.2}
+    table = results_table({"bv_blend": full, "grpo": {b: 0.4 for b in BENCHMARKS if b != "arc_c"}})
+    assert list(table.columns) == [
+        "AMC", "MATH-500", "Minerva", "AIME 2024", "AIME 2025", "OlympiadBench", "ID avg",
+        "ARC-C", "GPQA-Diamond", "MMLU-Pro", "OOD avg",
+    ]
+    assert table.loc["bv_blend", "ID avg"] == pytest.approx((60 + 50 * 5) / 6)
+    assert table.loc["bv_blend", "OOD avg"] == pytest.approx((50 + 50 + 20) / 3)
+    assert table.loc["grpo", "ID avg"] == pytest.approx(40.0)
+    assert math.isnan(table.loc["grpo", "ARC-C"]) and math.isnan(table.loc["grpo", "OOD avg"])
+
+    markdown = to_markdown(table)
+    assert markdown.splitlines()[0].startswith("| run | AMC | MATH-500")
+    assert "| bv_blend | 60.0 | 50.0" in markdown and "| grpo |" in markdown and " - |" in markdown
+    md, csv = write_table(table, tmp_path / "results")
+    assert md.read_text() == markdown
+    back = pd.read_csv(csv, index_col="run")
+    assert back.loc["bv_blend", "OOD avg"] == pytest.approx(40.0)
+
+
+def test_results_table_rejects_unknown_benchmarks():
+    with pytest.raises(ValueError, match="Unknown benchmark"):
+        results_table({"run": {"gsm8k": 0.9}})
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _evaluate_script():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("evaluate", Path(__file__).parents[1] / "scripts" / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evaluate_script_table_and_to_verl(tmp_path, capsys):
+    from bv_blend.rewards import compute_score
+
+    script = _evaluate_script()
+    for run, value in (("bv_blend", 0.5), ("grpo", 0.4)):
+        payload = {"run": run, "settings": {}, "scores": {b: {"score": value} for b in BENCHMARKS}}
+        (tmp_path / f"{run}.json").write_text(json.dumps(payload))
+    argv = ["table", "--scores", str(tmp_path / "bv_blend.json"), str(tmp_path / "grpo.json"),
+            "--out", str(tmp_path / "t")]
+    assert script.main(argv) == 0
+    assert "| grpo | 40.0 |" in (tmp_path / "t.md").read_text() and (tmp_path / "t.csv").is_file()
+
+    source = _write(tmp_path, "math500", CANNED_ROWS["math500"], "jsonl")
+    out = tmp_path / "val" / "math500.parquet"
+    assert script.main(["to-verl", "--bench", f"math500={source}", "--out", str(out)]) == 0
+    rows = pd.read_parquet(out).to_dict("records")
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["\\frac{1}{2}", "9"]
+    assert rows[0]["prompt"][0]["role"] == "user" and "\\boxed{}" in rows[0]["prompt"][0]["content"]
+    assert compute_score(rows[1]["data_source"], "so \\boxed{9}", rows[1]["reward_model"]["ground_truth"]) == 1.0
+    gpqa = _write(tmp_path, "gpqa", CANNED_ROWS["gpqa_diamond"], "jsonl")
+    capsys.readouterr()
+    assert script.main(["to-verl", "--bench", f"gpqa_diamond={gpqa}", "--out", str(out)]) == 2
+    assert "multiple choice" in capsys.readouterr().err
+    assert script.main(["run", "--model", str(tmp_path), "--run-name", "x", "--bench", "nope=x"]) == 2
+    assert "Unknown benchmark 'nope'" in capsys.readouterr().err
