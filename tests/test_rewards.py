@@ -1,0 +1,162 @@
+"""The binary Math-Verify reward: a table of (non-)equivalent answers, the timeout, threads, and verl's reward loop."""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bv_blend import rewards
+from bv_blend.rewards import VerifierPool, answer_parses, compute_score, get_pool, verify_answer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402
+
+# An answer whose sympy evaluation never finishes (9^(9^(9^(9^9))) has astronomically many digits).
+HANGING = r"The answer is \boxed{9^{9^{9^{9^{9}}}}}"
+
+EQUIVALENT = [
+    (r"\boxed{1/2}", "0.5"),
+    ("0.5", r"\frac{1}{2}"),
+    (r"So the answer is $\boxed{\frac{1}{2}}$.", "1/2"),
+    (r"\boxed{\dfrac{3}{4}}", r"\frac34"),
+    (r"\boxed{\sqrt{2}/2}", r"\frac{1}{\sqrt{2}}"),
+    (r"\boxed{x^2+2x+1}", "(x+1)^2"),
+    (r"\boxed{(-\infty, 3]}", r"(-\infty,3]"),
+    (r"\boxed{[0,1)}", "[0, 1)"),
+    (r"\boxed{2, 3}", "2,3"),
+    (r"\boxed{A}", "A"),
+    ("Long reasoning about 17 and 4 ... therefore the final answer is \\boxed{21}.", "21"),
+]
+NOT_EQUIVALENT = [
+    (r"\boxed{(-\infty, 3)}", r"(-\infty,3]"),  # open vs closed interval end
+    (r"\boxed{3}", "4"),
+    (r"\boxed{\frac{1}{3}}", "0.5"),
+    (r"\boxed{50\%}", "0.5"),
+    (r"\boxed{B}", "A"),
+    (r"\boxed{\frac{1}{", "1/2"),  # malformed LaTeX
+    ("I do not know.", "7"),  # no answer at all
+    (r"\boxed{5} or maybe \boxed{7}", "7"),  # Math-Verify reads several boxes as a set: hedging earns nothing
+    ("", "7"),
+]
+
+
+@pytest.mark.parametrize(("prediction", "ground_truth"), EQUIVALENT)
+def test_equivalent_answers_verify(prediction, ground_truth):
+    assert verify_answer(prediction, ground_truth) is True
+    assert compute_score("open-r1/OpenR1-Math-220k", prediction, ground_truth) == 1.0
+
+
+@pytest.mark.parametrize(("prediction", "ground_truth"), NOT_EQUIVALENT)
+def test_non_equivalent_or_malformed_answers_do_not_verify(prediction, ground_truth):
+    assert verify_answer(prediction, ground_truth) is False
+    assert compute_score("open-r1/OpenR1-Math-220k", prediction, ground_truth) == 0.0
+
+
+def test_a_hanging_answer_scores_zero_within_the_timeout():
+    verify_answer("1", "1")  # start a worker first, so only the check is timed
+    start = time.perf_counter()
+    assert verify_answer(HANGING, "1", timeout_s=3.0) is False
+    assert time.perf_counter() - start < 3.0 + 2.0  # plus slack for a loaded machine
+    assert verify_answer(r"\boxed{2}", "2") is True  # the pool still answers
+
+
+def test_a_worker_past_the_deadline_is_killed_and_replaced():
+    """Below math-verify's 1-second alarm granularity only the hard deadline can stop the check."""
+    pool = get_pool()
+    killed = pool.killed
+    assert verify_answer(HANGING, "1", timeout_s=0.5) is False
+    assert pool.killed == killed + 1
+    assert verify_answer(r"\boxed{1/2}", "0.5") is True
+
+
+def test_concurrent_calls_from_threads_are_correct_and_a_hang_does_not_block_others():
+    cases = EQUIVALENT[:6] + NOT_EQUIVALENT[:5]
+    expected = [True] * 6 + [False] * 5
+    with ThreadPoolExecutor(max_workers=6) as ex:
+        hang = ex.submit(verify_answer, HANGING, "1", 2.0)
+        results = list(ex.map(lambda c: verify_answer(*c), cases))
+        assert hang.result() is False
+    assert results == expected
+
+
+def test_a_killed_worker_frees_its_slot_for_a_waiting_thread():
+    """With one worker, a thread waiting for it must not block forever when the worker is killed, not returned."""
+    pool = VerifierPool(max_workers=1)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as ex:
+            hang = ex.submit(pool.check, HANGING, "1", 0.5)
+            time.sleep(0.2)  # let the hanging check take the only slot first
+            normal = ex.submit(pool.check, r"\boxed{1/2}", "0.5", 5.0)
+            assert hang.result(timeout=120) is False
+            assert normal.result(timeout=120) is True
+    finally:
+        pool.close()
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="timeout_s must be positive"):
+        verify_answer("1", "1", timeout_s=0)
+    with pytest.raises(TypeError, match="must be strings"):
+        verify_answer(None, "1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("answer", "ok"), [("1/2", True), ("(0, 1]", True), ("x=3", True), ("\\frac{1}{", False), ("", False)]
+)
+def test_answer_parses_rejects_malformed_reference_answers(answer, ok):
+    assert answer_parses(answer) is ok
+
+
+def test_compute_score_reads_the_timeout_from_extra_info():
+    start = time.perf_counter()
+    assert compute_score("x", HANGING, "1", extra_info={"math_verify_timeout_s": 1.5}) == 0.0
+    assert time.perf_counter() - start < 1.5 + 2.0
+
+
+@pytest.mark.parametrize("path_form", ["pkg", "file"])
+def test_verl_loads_compute_score_as_a_custom_reward_function(path_form):
+    """verl's own loader, with the module given as pkg:// and as a file path (loaded under another name)."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    path = "pkg://bv_blend.rewards" if path_form == "pkg" else rewards.__file__
+    config = OmegaConf.create(
+        {"reward": {"custom_reward_function": {"path": path, "name": "compute_score", "reward_kwargs": {}}}}
+    )
+    fn = get_custom_reward_fn(config)
+    assert fn(data_source="d", solution_str=r"\boxed{\frac{2}{4}}", ground_truth="0.5", extra_info={}) == 1.0
+    assert fn(data_source="d", solution_str=r"\boxed{3}", ground_truth="0.5", extra_info={}) == 0.0
+
+
+def test_verl_naive_reward_manager_scores_decoded_responses(tmp_path):
+    """verl's reward-loop NaiveRewardManager decodes the response and calls compute_score from an executor thread."""
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir(tmp_path / "tok")))
+    manager = NaiveRewardManager(OmegaConf.create({}), tokenizer, compute_score)
+    scores = []
+    for response, truth in [(r"Thus \boxed{1/2}.", "0.5"), (r"Thus \boxed{2}.", "0.5")]:
+        ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+        prompt = tokenizer("Q:", add_special_tokens=False)["input_ids"]
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": torch.tensor([prompt]),
+                "responses": torch.tensor([ids]),
+                "attention_mask": torch.ones(1, len(prompt) + len(ids), dtype=torch.long),
+            },
+            non_tensors={
+                "data_source": np.array(["open-r1/OpenR1-Math-220k"], dtype=object),
+                "reward_model": np.array([{"style": "rule", "ground_truth": truth}], dtype=object),
+                "extra_info": np.array([{}], dtype=object),
+            },
+        )
+        scores.append(manager.loop.run_until_complete(manager.run_single(data))["reward_score"])
+    assert scores == [1.0, 0.0]
