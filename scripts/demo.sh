@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's main job: GRPO vs BV-Blend with verl's stock trainer on CPU (docs/cpu.md). About 15 minutes on
+# 2 cores. Extra arguments go to scripts/demo_cpu.py (e.g. --steps 60 --batch 32 to make it longer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled
+.venv/bin/python scripts/demo_cpu.py "$@"
