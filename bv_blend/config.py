@@ -50,7 +50,7 @@ class BVBlendConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"BVBlendConfig.{name} must be a finite number, got {value!r}.")
         _require(0.0 < self.gamma <= 1.0, "gamma", self.gamma, "must be in (0, 1]: it is the EMA decay per call")
-        _require(self.epsilon >= 0.0, "epsilon", self.epsilon, "must be >= 0")
+        _require(self.epsilon > 0.0, "epsilon", self.epsilon, "must be > 0 (a zero-variance group divides by it)")
         _require(self.temperature > 0.0, "temperature", self.temperature, "must be > 0: w = exp(-SEM / T)")
         _require(self.n0 > 0.0, "n0", self.n0, "must be > 0: it is a cluster's sample size at first sighting")
         _require(self.v_prior >= 0.0, "v_prior", self.v_prior, "must be >= 0: it is a variance")

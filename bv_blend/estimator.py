@@ -15,6 +15,7 @@ No Python loop runs over rows, groups or clusters.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,18 +82,22 @@ class BVBlendEstimator:
                 padding too. Padding rows get advantage 0 and change no statistic.
 
         Returns:
-            (B,) advantages in the dtype of ``rewards``.
+            (B,) advantages on the device of ``rewards``, in its dtype promoted to at least float32 (so that a
+            float16 reward cannot overflow). The state lives on the CPU.
 
         Raises:
             ValueError: NaN or infinite rewards, cluster ids outside -1..K-1, a group mixing clusters, or
                 inputs of different lengths. The state is left exactly as it was.
         """
+        out_device = rewards.device if isinstance(rewards, torch.Tensor) else None
         rewards, codes, clusters, valid, group_cluster = self._check_inputs(rewards, group_ids, cluster_ids, valid)
+        out_dtype = torch.promote_types(rewards.dtype, torch.float32)
         if rewards.numel() == 0 and not should_sync(self.config.sync_across_ranks):
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
             self.metrics = self._empty_metrics()
-            return rewards.clone()
-        return self._blend_and_update(rewards, codes, clusters, valid, group_cluster)
+            return torch.zeros(0, dtype=out_dtype, device=out_device)
+        advantage = self._blend_and_update(rewards, codes, clusters, valid, group_cluster)
+        return advantage.to(device=out_device, dtype=out_dtype)
 
     def compute_token_level(
         self,
@@ -112,10 +117,15 @@ class BVBlendEstimator:
                 f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
                 f"{tuple(response_mask.shape)} must both be (batch, response_length)."
             )
+        if response_mask.shape[1] == 0:
+            raise ValueError("response_mask has no columns: a batch needs at least one response token per row.")
         rewards = token_level_rewards.sum(dim=-1)
-        nonempty = _nonempty_rows(response_mask)
+        nonempty = nonempty_rows(response_mask)
         if valid is not None:
-            nonempty = nonempty & torch.as_tensor(valid, dtype=torch.bool)
+            valid = torch.as_tensor(valid, device=nonempty.device)
+            if valid.dtype != torch.bool:
+                raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
+            nonempty = nonempty & valid
         advantages = self.compute(rewards, group_ids, cluster_ids, valid=nonempty).unsqueeze(-1) * response_mask
         return advantages, advantages
 
@@ -183,16 +193,19 @@ class BVBlendEstimator:
             stats, sums = packed[: stats.numel()].view(3, num_clusters), packed[stats.numel() :]
             abs_max = all_reduce(abs_max.reshape(1), op=torch.distributed.ReduceOp.MAX)[0]
 
-        # One host sync for all the scalars: the metric sums, the largest |A| and the clustered row count.
-        *summed, abs_max_value, clustered_rows = torch.cat(
-            (sums, abs_max.reshape(1), stats[2].sum().reshape(1))
-        ).tolist()
-        # (5.6, 5.7) Fold into the history, unless no row of the (global) call had a cluster.
-        if clustered_rows > 0:
+        # One host sync for all the scalars: the metric sums and the largest |A|.
+        *summed, abs_max_value = torch.cat((sums, abs_max.reshape(1))).tolist()
+        summed = dict(zip(_SUMMED, summed, strict=True))
+        if not (torch.isfinite(stats).all() and math.isfinite(abs_max_value)):
+            # Finite rewards so large that R^2 or the advantage overflows: refuse before the history is poisoned.
+            raise ValueError("Rewards are too large: their squares or the advantages overflow. Rescale the reward.")
+        # (5.6, 5.7) Fold into the history: every call with a valid row ages every cluster (an empty call or
+        # one of only padding rows is a no-op).
+        if summed["rows"] > 0:
             moments.fold(stats)
             self.num_updates += 1
-        self.metrics = self._metrics(dict(zip(_SUMMED, summed, strict=True)), abs_max_value)
-        return advantage.to(rewards.dtype)
+        self.metrics = self._metrics(summed, abs_max_value)
+        return advantage
 
     def _cluster_weights(self) -> torch.Tensor:
         """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
@@ -346,7 +359,7 @@ class BVBlendEstimator:
         self.moments, self.num_updates = target, num_updates
 
 
-def _nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
+def nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
     """Rows with at least one response token, reading only the first column and the rare empty-start rows.
 
     A real response starts with a model token, so its mask starts with 1; only rows that start with 0
@@ -359,4 +372,4 @@ def _nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
     return nonempty
 
 
-__all__ = ["BVBlendEstimator", "NO_CLUSTER", "STATE_FORMAT_VERSION"]
+__all__ = ["BVBlendEstimator", "NO_CLUSTER", "STATE_FORMAT_VERSION", "nonempty_rows"]

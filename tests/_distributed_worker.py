@@ -50,13 +50,19 @@ def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int
         results = []
         for rewards, uids, clusters, groups in make_calls(seed, binary=binary):
             rows = rows_of_rank(groups, rank, world_size)
-            # Each rank also holds a padding row, as verl's balancing would add.
-            local_rewards = torch.cat([rewards[rows], torch.tensor([1.0])])
-            local_uids = np.concatenate([uids[rows], np.array([f"pad{rank}"], dtype=object)])
-            local_clusters = torch.cat([clusters[rows], torch.tensor([0])])
-            advantages = estimator.compute(local_rewards, local_uids, local_clusters)
-            results.append({"rows": torch.from_numpy(rows), "advantages": advantages[:-1],
-                            "metrics": dict(estimator.metrics)})
+            if len(rows):
+                # A rank with rows also holds a padding row, as verl's balancing would add.
+                local_rewards = torch.cat([rewards[rows], torch.tensor([1.0])])
+                local_uids = np.concatenate([uids[rows], np.array([f"pad{rank}"], dtype=object)])
+                local_clusters = torch.cat([clusters[rows], torch.tensor([0])])
+                advantages = estimator.compute(local_rewards, local_uids, local_clusters)[:-1]
+            else:  # an empty local batch must still join the collective
+                advantages = estimator.compute(
+                    torch.zeros(0), np.array([], dtype=object), torch.zeros(0, dtype=torch.long)
+                )
+            results.append(
+                {"rows": torch.from_numpy(rows), "advantages": advantages, "metrics": dict(estimator.metrics)}
+            )
         torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()

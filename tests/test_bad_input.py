@@ -68,6 +68,32 @@ def test_bad_input_raises_a_clear_error_and_keeps_the_state(estimator, make_batc
     assert estimator.metrics == metrics_before
 
 
+def test_overflowing_rewards_are_refused_before_the_history_changes(estimator):
+    before = snapshot(estimator)
+    rewards, uids, clusters = good_batch()
+    with pytest.raises(ValueError, match="Rewards are too large"):
+        estimator.compute(rewards.double() * 1e200, uids, clusters)
+    assert_same_state(before, estimator)
+
+
+def test_token_level_face_rejects_bad_input_and_keeps_the_state(estimator):
+    before = snapshot(estimator)
+    metrics_before = dict(estimator.metrics)
+    uids = np.array(["a", "a"], dtype=object)
+    token_rewards, mask = torch.zeros(2, 3), torch.ones(2, 3)
+    token_rewards[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"Rewards must be finite; rows \[1\]"):
+        estimator.compute_token_level(token_rewards, mask, uids, torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="must both be \\(batch, response_length\\)"):
+        estimator.compute_token_level(torch.zeros(2, 3), torch.ones(2, 4), uids, torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="response_mask has no columns"):
+        estimator.compute_token_level(torch.zeros(2, 0), torch.ones(2, 0), uids, torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="valid must be a bool mask"):
+        estimator.compute_token_level(torch.zeros(2, 3), mask, uids, torch.tensor([0, 0]), valid=torch.ones(2))
+    assert_same_state(before, estimator)
+    assert estimator.metrics == metrics_before
+
+
 def test_valid_mask_of_the_wrong_length_or_dtype(estimator):
     before = snapshot(estimator)
     with pytest.raises(ValueError, match="'valid': 3"):
@@ -136,6 +162,8 @@ def test_corrupt_state_is_rejected_and_nothing_changes(estimator, corrupt, messa
     before = snapshot(target)
     state = estimator.state_dict()
     corrupt(state)
+    metrics_before = dict(target.metrics)
     with pytest.raises(ValueError, match=message):
         target.load_state_dict(state)
     assert_same_state(before, target)
+    assert target.metrics == metrics_before

@@ -29,6 +29,7 @@ def test_is_a_frozen_dataclass_with_the_public_field_names():
         ("gamma", 0.0, "gamma=0.0 is invalid"),
         ("gamma", 1.5, "in (0, 1]"),
         ("epsilon", -1e-6, "epsilon"),
+        ("epsilon", 0.0, "must be > 0"),
         ("temperature", 0.0, "temperature=0.0"),
         ("n0", -1.0, "n0"),
         ("v_prior", -0.1, "v_prior"),

@@ -92,13 +92,18 @@ def test_singleton_group_with_and_without_history(estimator_after_two_calls):
     torch.testing.assert_close(advantage, torch.tensor([expected]))
 
 
-def test_no_cluster_rows_are_prompt_local_and_touch_no_statistic(estimator_after_two_calls):
+def test_no_cluster_rows_are_prompt_local_and_only_age_the_history(estimator_after_two_calls):
+    """Rows with c = -1 get w = 0 and add to no statistic, but the call still ages every cluster (spec 5.7)."""
     before = state_tensors(estimator_after_two_calls)
     advantages = run(estimator_after_two_calls, [[1, 1], [0, 1]], [-1, -1], "none")
     assert advantages[:2].tolist() == [0.0, 0.0]  # GRPO's collapse: no cluster, no history
+    std = math.sqrt(0.5)
+    torch.testing.assert_close(advantages[2:], torch.tensor([-0.5 / (std + EPS), 0.5 / (std + EPS)]))
     after = state_tensors(estimator_after_two_calls)
-    for name in before:  # a call with no clustered row is a no-op for the history
-        assert torch.equal(before[name], after[name])
+    torch.testing.assert_close(after["count"], before["count"] * 0.5)  # N' = gamma N + 0
+    for name in ("mean", "second_moment", "seen"):
+        assert torch.equal(before[name], after[name]), name
+    assert estimator_after_two_calls.num_updates == 3
 
 
 def test_padding_rows_get_zero_and_change_nothing(estimator_after_two_calls):

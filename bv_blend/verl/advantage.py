@@ -7,8 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from bv_blend.estimator import nonempty_rows
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import cluster_ids_for_rows
+from bv_blend.verl.sessions import current_output_sources
 
 
 def compute_bv_blend_advantage(
@@ -31,6 +33,15 @@ def compute_bv_blend_advantage(
     """
     session = runtime.session_for(config)
     cluster_ids = cluster_ids_for_rows(index, response_mask, runtime.current_cluster_map())
-    advantages, returns = session.estimator.compute_token_level(token_level_rewards, response_mask, index, cluster_ids)
+    sources = current_output_sources()
+    if sources is None or len(sources) != len(index):
+        advantages, returns = session.estimator.compute_token_level(
+            token_level_rewards, response_mask, index, cluster_ids
+        )
+    else:  # multi-output sessions: only final outputs count; the others take their final output's advantage
+        is_final = torch.from_numpy(sources == np.arange(len(sources)))
+        valid = nonempty_rows(response_mask) & is_final
+        sequence = session.estimator.compute(token_level_rewards.sum(-1), index, cluster_ids, valid=valid)
+        advantages = returns = sequence[torch.from_numpy(sources)].unsqueeze(-1) * response_mask
     runtime.record_metrics(session.estimator.metrics)
     return advantages, returns

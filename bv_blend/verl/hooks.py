@@ -25,6 +25,7 @@ from typing import Any
 from bv_blend.verl import runtime
 from bv_blend.verl.options import ESTIMATOR_NAME, uses_bv_blend
 from bv_blend.verl.patching import wrap
+from bv_blend.verl.sessions import final_output_rows, output_sources
 
 # What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
 TEXT_FIELDS = ("prompt", "raw_prompt")
@@ -99,7 +100,7 @@ def _v1_compute_advantage(original: Callable) -> Callable:
         session = runtime.session_for(self.config.algorithm)
         columns = _v1_fetch(batch, with_text=session.glue.on_missing_cluster == "assign")
         mapping = build_cluster_map(session, columns["uid"], columns.get("extra_info"), _row_reader(columns))
-        with runtime.cluster_map(mapping):
+        with runtime.cluster_map(mapping), output_sources(final_output_rows(list(batch.keys))):
             result = original(self, batch, metrics)
         metrics.update(runtime.pop_metrics())
         return result

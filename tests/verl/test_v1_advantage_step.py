@@ -65,8 +65,23 @@ def _put_rows(rows: list[dict], partition_id: str):
     return tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(fields), tags=tags)
 
 
-def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(transfer_queue):
+def _put_old_log_probs(batch, partition_id: str):
+    """old_log_probs is computed after padding in verl's step (old_log_prob runs after _balance_batch)."""
     from tensordict import TensorDict
+
+    lengths = tq.kv_batch_get(keys=batch.keys, partition_id=partition_id, select_fields=["response_mask"])
+    old = TensorDict(
+        {
+            "old_log_probs": torch.nested.as_nested_tensor(
+                [torch.zeros(m.numel()) for m in lengths["response_mask"].unbind()], layout=torch.jagged
+            )
+        },
+        batch_size=len(batch),
+    )
+    return tq.kv_batch_put(keys=batch.keys, partition_id=partition_id, fields=old)
+
+
+def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(transfer_queue):
     from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
@@ -76,17 +91,7 @@ def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(tr
     batch = upsample_batch_to_divisible_size(batch, batch_multiple=8, eos_token_id=0)  # 14 rows -> 16
     pad_keys = batch.keys[len(rows) :]
     assert len(pad_keys) == 2 and all(key.startswith("pad") for key in pad_keys)
-    # old_log_probs is computed after padding in verl's step (old_log_prob runs after _balance_batch).
-    lengths = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["response_mask"])
-    old = TensorDict(
-        {
-            "old_log_probs": torch.nested.as_nested_tensor(
-                [torch.zeros(m.numel()) for m in lengths["response_mask"].unbind()], layout=torch.jagged
-            )
-        },
-        batch_size=len(batch),
-    )
-    batch = tq.kv_batch_put(keys=batch.keys, partition_id="train", fields=old)
+    batch = _put_old_log_probs(batch, partition_id="train")
 
     config = compose_config([f"algorithm.bv_blend.num_clusters={K}", "actor_rollout_ref.rollout.n=4"])
     trainer = object.__new__(PPOTrainerSync)
@@ -123,3 +128,49 @@ def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(tr
         torch.testing.assert_close(written[i], reference[i, :n], rtol=1e-6, atol=1e-7)
     assert all(pad.abs().sum() == 0 for pad in written[len(rows) :])
     assert reference.abs().sum() > 0
+
+
+def test_v1_multi_output_sessions_count_once_like_verl_grpo(transfer_queue):
+    """An agent loop may return several outputs per session (keys ``{uid}_{session}_{i}``), each carrying the
+    session's final reward. Without history, BV-Blend through the patched V1 step must equal verl's own GRPO path
+    (``compute_advantage_for_multi_trajectories``), which counts each session's final output once."""
+    import copy
+
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    rows = [row for row in step_rows(7) if row["uid"].split("x")[0] != "s7g2"]  # drop the one-row group
+    rng = random.Random(7)
+    for row in [r for r in rows if r["session_id"] % 2 == 0]:
+        earlier = copy.deepcopy(row)  # an earlier turn of the same session, with the final reward copied to it
+        earlier["key"] = f"{row['uid']}_{row['session_id']}_0"
+        earlier["response_mask"] = torch.ones(rng.randint(1, 6), dtype=torch.int64)
+        earlier["rm_scores"] = torch.zeros(earlier["response_mask"].numel())
+        earlier["rm_scores"][-1] = row["rm_scores"][-1]
+        row["key"] = f"{row['uid']}_{row['session_id']}_1"
+        rows.append(earlier)
+    rows = rng.sample(rows, len(rows))
+    batch = _put_old_log_probs(_put_rows(rows, partition_id="multi"), partition_id="multi")
+
+    config = compose_config([f"algorithm.bv_blend.num_clusters={K}", "actor_rollout_ref.rollout.n=4"])
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = config
+    trainer._compute_advantage(batch, {})
+    written = tq.kv_batch_get(keys=batch.keys, partition_id="multi", select_fields=["advantages"])["advantages"]
+
+    from tests.verl._helpers import step_dataproto
+
+    expected = compute_advantage_for_multi_trajectories(
+        step_dataproto(rows), batch_keys=list(batch.keys), adv_estimator="grpo"
+    ).batch["advantages"]
+    for i, advantages in enumerate(written.unbind()):
+        torch.testing.assert_close(advantages, expected[i, : advantages.numel()], rtol=1e-5, atol=1e-5)
+    assert expected.abs().sum() > 0
+    # The history counted each session once: after the cold start N_k = gamma * n0 + (sessions of cluster k).
+    state = runtime.session_for(config.algorithm).estimator.state_dict()
+    sessions = {(row["uid"], row["session_id"], row["cluster"]) for row in rows}
+    expected_count = torch.zeros(K, dtype=torch.float64)
+    for _, _, cluster in sessions:
+        expected_count[cluster] += 1
+    expected_count[expected_count > 0] += state["config"]["gamma"] * state["config"]["n0"]
+    torch.testing.assert_close(state["count"], expected_count)
