@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's main job: GRPO vs BV-Blend with verl's stock trainer on CPU (docs/cpu.md). About 15 minutes on
+# The README's main job: GRPO vs BV-Blend with verl's stock trainer on CPU (docs/cpu.md). About 12 minutes on
 # 2 cores. Extra arguments go to scripts/demo_cpu.py (e.g. --steps 60 --batch 32 to make it longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."

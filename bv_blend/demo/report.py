@@ -37,9 +37,9 @@ def read_metrics(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("step").sort_index()
 
 
-def group_signal_ratio(rollout_dir: Path) -> pd.Series:
-    """Per step: share of prompt groups whose scores are not all equal (GRPO's non-zero-advantage groups)."""
-    ratios = {}
+def _groups_per_step(rollout_dir: Path) -> dict[int, list[list[float]]]:
+    """Per step: the scores of each prompt group in verl's rollout dump."""
+    steps = {}
     for path in sorted(rollout_dir.glob("*.jsonl")):
         groups: dict[str, list[float]] = defaultdict(list)
         step = None
@@ -49,8 +49,24 @@ def group_signal_ratio(rollout_dir: Path) -> pd.Series:
                 groups[row["input"]].append(float(row["score"]))
                 step = row.get("step", step)
         if groups and step is not None:
-            ratios[int(step)] = sum(max(v) - min(v) > 1e-6 for v in groups.values()) / len(groups)
+            steps[int(step)] = list(groups.values())
+    return steps
+
+
+def group_signal_ratio(rollout_dir: Path) -> pd.Series:
+    """Per step: share of prompt groups whose scores are not all equal (GRPO's non-zero-advantage groups)."""
+    ratios = {step: sum(max(v) - min(v) > 1e-6 for v in groups) / len(groups)
+              for step, groups in _groups_per_step(rollout_dir).items()}
     return pd.Series(ratios, name="signal_ratio", dtype=float).sort_index()
+
+
+def group_shares(rollout_dir: Path) -> dict[str, float]:
+    """Share (%) of all-right and all-wrong groups (0/1 scores) over a run's rollout dump: GRPO's zero-signal groups."""
+    groups = [g for step_groups in _groups_per_step(rollout_dir).values() for g in step_groups]
+    if not groups:
+        return {"all-right %": float("nan"), "all-wrong %": float("nan")}
+    return {"all-right %": 100 * sum(min(g) > 0.5 for g in groups) / len(groups),
+            "all-wrong %": 100 * sum(max(g) < 0.5 for g in groups) / len(groups)}
 
 
 def run_summary(metrics: pd.DataFrame, signal: pd.Series) -> dict[str, float]:

@@ -58,7 +58,7 @@ FAMILIES = {
     "product": _family(
         "product",
         ["Multiply {a} by {b}.", "What is the product of {a} and {b}?"],
-        lambda r: (a := r.randint(2, 9), b := r.randint(2, 9), a * b),
+        lambda r: (a := r.randint(2, 12), b := r.randint(2, 12), a * b),
     ),
     "big_sum": _family(
         "big_sum",
