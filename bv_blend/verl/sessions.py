@@ -33,7 +33,7 @@ def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
         return None
     output_index = parts[2].astype(np.int64)
     final_row = output_index.groupby(session, sort=False).idxmax()
-    return session.map(final_row).to_numpy(dtype=np.int64)
+    return session.map(final_row).to_numpy(dtype=np.int64, copy=True)
 
 
 @contextlib.contextmanager
