@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.estimator import NO_CLUSTER
+from bv_blend.estimator import NO_CLUSTER, nonempty_rows
+from bv_blend.grouping import PADDING_UID_PREFIX
 from bv_blend.verl.options import ANNOTATE_HINT
 from bv_blend.verl.runtime import Session
 
@@ -25,7 +26,7 @@ class MissingClusterError(ValueError):
 
 def is_padding_uid(uid: Any) -> bool:
     """verl's ``upsample_batch_to_divisible_size`` names its synthetic rows ``pad<hex>``."""
-    return str(uid).startswith("pad")
+    return str(uid).startswith(PADDING_UID_PREFIX)
 
 
 def build_cluster_map(
@@ -80,7 +81,7 @@ def cluster_ids_for_rows(
             "BV-Blend needs each row's prompt uid (verl passes it as `index` from non_tensor_batch['uid']); "
             "the DataProto given to compute_advantage has no 'uid'."
         )
-    nonempty = (response_mask != 0).any(dim=-1).tolist()
+    nonempty = nonempty_rows(response_mask).tolist()
     ids = np.full(len(index), NO_CLUSTER, dtype=np.int64)
     unknown = []
     for row, uid in enumerate(index):
