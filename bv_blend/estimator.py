@@ -11,20 +11,25 @@ One call, for rows i in groups g of clusters k (section numbers are the spec's):
 
 The advantages use the history of earlier calls only; the call's rewards are folded in afterwards.
 No Python loop runs over rows, groups or clusters.
+
+Tensors come in and go out, and the state is saved and synced as tensors, but the arithmetic in between is
+float64 numpy on the host, where verl computes advantages anyway. A call is a few dozen operations on vectors of
+G groups or K clusters; numpy does each in about 1 us, torch in 4-10 us, and at verl's usual batch sizes that
+overhead, not the data, is the cost (docs/estimator.md, "Why the host arithmetic is numpy").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from bv_blend.config import BVBlendConfig
 from bv_blend.grouping import GroupIds, factorize_groups
-from bv_blend.moments import ClusterMoments, all_reduce, should_sync, sufficient_statistics
+from bv_blend.moments import ClusterMoments, all_reduce, cluster_statistics, should_sync
 
 STATE_FORMAT_VERSION = 1
 NO_CLUSTER = -1
@@ -41,7 +46,25 @@ _SUMMED = (
     "hist_var_sum",
     "rows",
     "nonzero_rows",
-)  # the order of the sums in _blend_and_update
+)  # the keys of the sums in _blend_and_update
+
+
+class _Batch(NamedTuple):
+    """One call's validated inputs as host arrays, and its per-group sums over valid rows."""
+
+    reward: np.ndarray  # (B,) float64, 0 on invalid rows
+    codes: np.ndarray  # (B,) int64 group code of each row
+    valid: np.ndarray | None  # (B,) bool, or None when every row is valid
+    group_sums: tuple[np.ndarray, np.ndarray, np.ndarray]  # per group: S1, S2, valid row count
+    group_cluster: np.ndarray  # (G,) int64 cluster of each group, -1 for none
+
+
+def _host_array(values: torch.Tensor | np.ndarray | Any) -> np.ndarray:
+    """A CPU numpy array of ``values``, without a copy when they already are one (or a CPU tensor)."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu()
+        return (values.float() if values.dtype == torch.bfloat16 else values).numpy()  # numpy has no bfloat16
+    return np.asarray(values)
 
 
 class BVBlendEstimator:
@@ -90,14 +113,19 @@ class BVBlendEstimator:
                 inputs of different lengths. The state is left exactly as it was.
         """
         out_device = rewards.device if isinstance(rewards, torch.Tensor) else None
-        rewards, codes, clusters, valid, group_cluster = self._check_inputs(rewards, group_ids, cluster_ids, valid)
-        out_dtype = torch.promote_types(rewards.dtype, torch.float32)
-        if rewards.numel() == 0 and not should_sync(self.config.sync_across_ranks):
-            # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
-            self.metrics = self._empty_metrics()
-            return torch.zeros(0, dtype=out_dtype, device=out_device)
-        advantage = self._blend_and_update(rewards, codes, clusters, valid, group_cluster)
-        return advantage.to(device=out_device, dtype=out_dtype)
+        # Overflow is caught by explicit checks that raise a clear error, so numpy's warning would only repeat it.
+        with np.errstate(over="ignore"):
+            batch = self._check_inputs(rewards, group_ids, cluster_ids, valid)
+            # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
+            out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
+            if batch.codes.size == 0 and not should_sync(self.config.sync_across_ranks):
+                # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
+                self.metrics = self._empty_metrics()
+                return torch.zeros(0, dtype=out_dtype, device=out_device)
+            advantage = self._blend_and_update(batch)
+        if out_dtype == torch.float32:  # the usual case: cast on the host, where it is cheapest
+            return torch.from_numpy(advantage.astype(np.float32)).to(out_device)
+        return torch.from_numpy(advantage).to(out_device)
 
     def compute_token_level(
         self,
@@ -122,105 +150,96 @@ class BVBlendEstimator:
         rewards = token_level_rewards.sum(dim=-1)
         nonempty = nonempty_rows(response_mask)
         if valid is not None:
-            valid = torch.as_tensor(valid, device=nonempty.device)
-            if valid.dtype != torch.bool:
+            valid = _host_array(valid)
+            if valid.dtype != np.bool_:
                 raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
+            if valid.shape != nonempty.shape:
+                raise ValueError(f"valid has shape {valid.shape}; it needs one entry per row, {nonempty.shape}.")
             nonempty = nonempty & valid
         advantages = self.compute(rewards, group_ids, cluster_ids, valid=nonempty).unsqueeze(-1) * response_mask
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _blend_and_update(
-        self,
-        rewards: torch.Tensor,
-        codes: torch.Tensor,
-        clusters: torch.Tensor,
-        valid: torch.Tensor,
-        group_cluster: torch.Tensor,
-    ) -> torch.Tensor:
-        cfg, moments, num_clusters = self.config, self.moments, self.num_clusters
-        # Invalid rows become reward 0 with weight 0, so junk (even NaN) in padding rows never reaches a sum.
-        reward = torch.where(valid, rewards.to(torch.float64), 0.0)
-        # Per row: its contribution to S1, S2 and n, for the group statistics and the cluster statistics alike.
-        per_row = torch.stack((reward, reward * reward, valid.to(torch.float64)), dim=1)
+    def _blend_and_update(self, batch: _Batch) -> np.ndarray:
+        cfg, num_clusters = self.config, self.num_clusters
+        reward, codes, valid = batch.reward, batch.codes, batch.valid
+        group_sum, group_sum_sq, group_rows = batch.group_sums
+        group_cluster = batch.group_cluster
 
         # (3) Prompt-local statistics over valid rows: mean_g and the unbiased std_g^2 (0 for a single row).
-        group_sum, group_sum_sq, group_rows = (
-            torch.zeros(group_cluster.numel(), 3, dtype=torch.float64).index_add_(0, codes, per_row).unbind(1)
-        )
-        group_mean = group_sum / group_rows.clamp_min(1.0)
-        group_var = ((group_sum_sq - group_sum * group_mean) / (group_rows - 1.0).clamp_min(1.0)).clamp_min(0.0)
+        group_mean = group_sum / np.maximum(group_rows, 1.0)
+        group_var = np.maximum((group_sum_sq - group_sum * group_mean) / np.maximum(group_rows - 1.0, 1.0), 0.0)
 
         # (5.1) Confidence weight per cluster from the history before this call, gathered per group.
-        cluster_index = group_cluster.clamp_min(0)
-        hist_mean, hist_var = moments.mean[cluster_index], moments.variance()[cluster_index]
+        moments, cluster_variance = self.moments, self.moments.variance()
+        cluster_index = np.maximum(group_cluster, 0)
+        hist_mean, hist_var = moments.mean[cluster_index], cluster_variance[cluster_index]
         group_has_history = (group_cluster >= 0) & moments.seen[cluster_index]
-        group_weight = torch.where(group_has_history, self._cluster_weights()[cluster_index], 0.0)
+        group_weight = np.where(group_has_history, self._cluster_weights(cluster_variance)[cluster_index], 0.0)
 
         # (5.2) Blend baseline and variance; standardise.
-        baseline = group_weight * hist_mean + (1.0 - group_weight) * group_mean
-        scale = (group_weight * hist_var + (1.0 - group_weight) * group_var).sqrt()
+        local_weight = 1.0 - group_weight
+        baseline = group_weight * hist_mean + local_weight * group_mean
+        scale = np.sqrt(group_weight * hist_var + local_weight * group_var)
         advantage = (reward - baseline[codes]) / (scale[codes] + cfg.epsilon)
         # (5.3) Optional guard against extreme advantages; off by default, not in the paper.
         if cfg.max_abs_advantage is not None:
-            advantage = advantage.clamp(-cfg.max_abs_advantage, cfg.max_abs_advantage)
-        advantage = torch.where(valid, advantage, 0.0)
+            advantage = np.clip(advantage, -cfg.max_abs_advantage, cfg.max_abs_advantage)
+        if valid is not None:
+            advantage = np.where(valid, advantage, 0.0)
 
-        # (5.5) The call's sufficient statistics; rows that must not count go to the dropped slot K.
-        slots = torch.where(valid & (clusters >= 0), clusters, num_clusters)
-        stats = sufficient_statistics(per_row, slots, num_clusters)
+        # (5.5) The call's sufficient statistics per cluster.
+        stats = cluster_statistics(group_cluster, batch.group_sums, num_clusters)
 
         # Metric sums ride along in the same all-reduce, so the metrics describe the global batch.
-        group_present = group_rows > 0
-        abs_advantage = advantage.abs()
-        group_terms = torch.stack(
-            (
-                group_present,
-                scale > DEGENERATE,
-                group_var > DEGENERATE**2,
-                group_present & ~group_has_history,
-                group_weight,
-                group_has_history,
-                group_has_history * hist_var,
-            ),
-            dim=1,
-        ).to(torch.float64)
-        row_terms = torch.stack((per_row[:, 2].sum(), (abs_advantage > DEGENERATE).sum()))
-        sums = torch.cat((group_terms.sum(0), row_terms.to(torch.float64)))
-        abs_max = abs_advantage.max() if advantage.numel() else torch.zeros((), dtype=torch.float64)
+        abs_advantage = np.abs(advantage)
+        groups, history_groups = np.count_nonzero(group_rows), np.count_nonzero(group_has_history)
+        summed = {
+            "groups": groups,
+            "effective_groups": np.count_nonzero(scale > DEGENERATE),
+            "grpo_signal_groups": np.count_nonzero(group_var > DEGENERATE**2),
+            "cold_start_groups": groups - history_groups,  # a group with history has rows
+            "weight_sum": group_weight.sum(),
+            "history_groups": history_groups,
+            "hist_var_sum": (hist_var * group_has_history).sum(),
+            "rows": group_rows.sum(),
+            "nonzero_rows": np.count_nonzero(abs_advantage > DEGENERATE),
+        }
+        abs_max = float(abs_advantage.max()) if advantage.size else 0.0
         if should_sync(cfg.sync_across_ranks):
-            packed = all_reduce(torch.cat((stats.flatten(), sums)))
-            stats, sums = packed[: stats.numel()].view(3, num_clusters), packed[stats.numel() :]
-            abs_max = all_reduce(abs_max.reshape(1), op=torch.distributed.ReduceOp.MAX)[0]
-
-        # One host sync for all the scalars: the metric sums and the largest |A|.
-        *summed, abs_max_value = torch.cat((sums, abs_max.reshape(1))).tolist()
-        summed = dict(zip(_SUMMED, summed, strict=True))
-        if not (torch.isfinite(stats).all() and math.isfinite(abs_max_value)):
-            # Finite rewards so large that R^2 or the advantage overflows: refuse before the history is poisoned.
+            packed = np.concatenate((stats.ravel(), np.array(list(summed.values()), dtype=np.float64)))
+            packed = all_reduce(torch.from_numpy(packed)).numpy()
+            stats = packed[: stats.size].reshape(3, num_clusters)
+            summed = dict(zip(summed, packed[stats.size :].tolist(), strict=True))
+            abs_max = all_reduce(torch.tensor([abs_max], dtype=torch.float64), op=torch.distributed.ReduceOp.MAX)
+            abs_max = float(abs_max[0])
+        if not (np.isfinite(stats).all() and math.isfinite(abs_max)):
+            # Finite rewards so large that their sums or the advantage overflow: refuse before the history
+            # is poisoned.
             raise ValueError("Rewards are too large: their squares or the advantages overflow. Rescale the reward.")
         # (5.6, 5.7) Fold into the history: every call with a valid row ages every cluster (an empty call or
         # one of only padding rows is a no-op).
         if summed["rows"] > 0:
-            moments.fold(stats)
+            self.moments.fold(stats)
             self.num_updates += 1
-        self.metrics = self._metrics(summed, abs_max_value)
+        self.metrics = self._metrics(summed, abs_max)
         return advantage
 
-    def _cluster_weights(self) -> torch.Tensor:
+    def _cluster_weights(self, cluster_variance: np.ndarray) -> np.ndarray:
         """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
-        cfg, count, hist_var = self.config, self.moments.count, self.moments.variance()
-        floored_count = count.clamp_min(cfg.delta_n)
+        cfg, count = self.config, self.moments.count
+        floored_count = np.maximum(count, cfg.delta_n)
         if cfg.weight_mode == "sem":
-            return torch.exp(-(hist_var / floored_count).sqrt() / cfg.temperature)
+            return np.exp(-np.sqrt(cluster_variance / floored_count) / cfg.temperature)
         if cfg.weight_mode == "neff":
-            return torch.exp(-(cfg.v_prior / floored_count).sqrt() / cfg.temperature)
+            return np.exp(-np.sqrt(cfg.v_prior / floored_count) / cfg.temperature)
         if cfg.weight_mode == "sigma":
-            return torch.exp(-hist_var.sqrt() / cfg.temperature)
-        return torch.full_like(count, cfg.fixed_weight)
+            return np.exp(-np.sqrt(cluster_variance) / cfg.temperature)
+        return np.full_like(count, cfg.fixed_weight)
 
     # ---------------------------------------------------------------------------------------------- metrics
-    def _metrics(self, sums: dict[str, float], abs_max: float) -> dict[str, float]:
+    def _metrics(self, sums: dict[str, Any], abs_max: float) -> dict[str, float]:
+        sums = {name: float(value) for name, value in sums.items()}  # numpy scalars become plain floats
         groups, rows, history = max(sums["groups"], 1.0), max(sums["rows"], 1.0), sums["history_groups"]
         return {
             "bv_blend/effective_signal_ratio": sums["effective_groups"] / groups,
@@ -229,7 +248,7 @@ class BVBlendEstimator:
             "bv_blend/nonzero_advantage_ratio": sums["nonzero_rows"] / rows,
             "bv_blend/weight_mean": sums["weight_sum"] / groups,
             "bv_blend/cold_start_group_ratio": sums["cold_start_groups"] / groups,
-            "bv_blend/clusters_seen": float(self.moments.seen.sum()),
+            "bv_blend/clusters_seen": float(np.count_nonzero(self.moments.seen)),
             "bv_blend/hist_var_mean": sums["hist_var_sum"] / history if history > 0 else 0.0,
             "bv_blend/abs_advantage_max": abs_max,
         }
@@ -244,63 +263,83 @@ class BVBlendEstimator:
         group_ids: GroupIds,
         cluster_ids: torch.Tensor | np.ndarray,
         valid: torch.Tensor | np.ndarray | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Validate everything before any state changes, so a bad call loses nothing.
-
-        Returns rewards, group codes, cluster ids, the validity mask and each group's cluster.
-        """
+    ) -> _Batch:
+        """Validate everything before any state changes, so a bad call loses nothing."""
         if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1 or not rewards.dtype.is_floating_point:
             got = f"{rewards.dtype} {tuple(rewards.shape)}" if isinstance(rewards, torch.Tensor) else type(rewards)
             raise ValueError(f"rewards must be a 1-D float tensor (one reward per row), got {got}.")
-        rewards = rewards.detach().cpu()
-        batch = rewards.shape[0]
-        clusters = torch.as_tensor(cluster_ids).cpu()
-        if clusters.dim() != 1 or clusters.dtype.is_floating_point or clusters.dtype == torch.bool:
+        if rewards.device.type == "cpu" and rewards.dtype in (torch.float32, torch.float64):
+            reward = rewards.detach().numpy().astype(np.float64, copy=False)
+        else:  # numpy has no bfloat16, and device tensors must come to the host first
+            reward = rewards.detach().to("cpu", torch.float64).numpy()
+        clusters = _host_array(cluster_ids)
+        if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
             raise ValueError(
-                f"cluster_ids must be a 1-D integer tensor or array, got {clusters.dtype} {tuple(clusters.shape)}."
+                f"cluster_ids must be a 1-D integer tensor or array, got {clusters.dtype} {clusters.shape}."
             )
-        clusters = clusters.to(torch.int64)
         codes, num_groups, padding_uid = factorize_groups(group_ids)
-        valid = torch.ones(batch, dtype=torch.bool) if valid is None else torch.as_tensor(valid).cpu()
-        lengths = {
-            "rewards": batch,
-            "group_ids": codes.shape[0],
-            "cluster_ids": clusters.shape[0],
-            "valid": valid.shape[0] if valid.dim() == 1 else -1,
-        }
-        if len(set(lengths.values())) != 1:
+        if valid is not None:
+            valid = _host_array(valid)
+        rows = reward.shape[0]
+        if codes.shape[0] != rows or clusters.shape[0] != rows or (valid is not None and valid.shape != (rows,)):
+            lengths = {
+                "rewards": rows,
+                "group_ids": codes.shape[0],
+                "cluster_ids": clusters.shape[0],
+                "valid": rows if valid is None else valid.shape[0] if valid.ndim == 1 else -1,
+            }
             raise ValueError(f"All inputs need one entry per row; got lengths {lengths}.")
-        if valid.dtype != torch.bool:
+        if valid is not None and valid.dtype != np.bool_:
             raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
         if padding_uid is not None:
-            valid = valid & ~padding_uid
+            valid = ~padding_uid if valid is None else valid & ~padding_uid
+        # From here on, valid is None when every row is valid, which skips every masking step.
+        if valid is not None and valid.all():
+            valid = None
 
-        bad_reward = valid & ~torch.isfinite(rewards)
-        if bad_reward.any():
-            rows = bad_reward.nonzero().flatten()[:5].tolist()
-            raise ValueError(f"Rewards must be finite; rows {rows} hold NaN or inf. Check the reward function.")
-        bad_cluster = valid & ((clusters < NO_CLUSTER) | (clusters >= self.num_clusters))
-        if bad_cluster.any():
-            row = int(bad_cluster.nonzero()[0])
+        # Invalid rows become reward 0 with weight 0, so junk (even NaN) in padding rows never reaches a sum.
+        if valid is not None:
+            reward = np.where(valid, reward, 0.0)
+            group_rows = np.bincount(codes, weights=valid, minlength=num_groups)
+        else:
+            group_rows = np.bincount(codes, minlength=num_groups)  # int counts; the math promotes them
+        group_sum = np.bincount(codes, weights=reward, minlength=num_groups)
+        group_sum_sq = np.bincount(codes, weights=reward * reward, minlength=num_groups)
+        # R^2 is NaN or inf whenever R is, and when R is finite but too large: one test finds both.
+        if not np.isfinite(group_sum_sq).all():
+            bad = ~np.isfinite(reward)
+            if bad.any():
+                rows = np.flatnonzero(bad)[:5].tolist()
+                raise ValueError(f"Rewards must be finite; rows {rows} hold NaN or inf. Check the reward function.")
+            raise ValueError("Rewards are too large: their squares or the advantages overflow. Rescale the reward.")
+
+        counted = clusters if valid is None else clusters[valid]
+        if counted.size and (counted.min() < NO_CLUSTER or counted.max() >= self.num_clusters):
+            out_of_range = (clusters < NO_CLUSTER) | (clusters >= self.num_clusters)
+            row = int(np.flatnonzero(out_of_range if valid is None else out_of_range & valid)[0])
             raise ValueError(
                 f"Cluster id {int(clusters[row])} (row {row}) is outside -1..{self.num_clusters - 1}: the data "
                 f"was annotated with another codebook than this estimator's K={self.num_clusters}. Re-annotate it "
                 "with scripts/build_codebook.py, or set num_clusters to the codebook's K."
             )
-        # Each group's cluster is the one its valid rows carry; the lowest and highest must agree.
-        # Invalid rows take neutral values (K for the minimum, -1 for the maximum) so they never vote.
-        group_low = torch.full((num_groups,), self.num_clusters, dtype=torch.int64)
-        group_low.scatter_reduce_(0, codes, torch.where(valid, clusters, self.num_clusters), reduce="amin")
-        group_cluster = torch.full((num_groups,), NO_CLUSTER, dtype=torch.int64)
-        group_cluster.scatter_reduce_(0, codes, torch.where(valid, clusters, NO_CLUSTER), reduce="amax")
-        mixed = (group_cluster >= 0) & (group_low != group_cluster)
-        if mixed.any():
-            group = int(mixed.nonzero()[0])
+        # Each group's cluster is the one its valid rows carry (-1 for a group without any): write every valid
+        # row's cluster into its group's slot, then check that each row agrees with what its group holds.
+        if valid is None:
+            group_cluster = np.empty(num_groups, dtype=np.int64)  # every group has a row to write its slot
+            group_cluster[codes] = clusters
+            disagrees = group_cluster[codes] != clusters
+        else:
+            group_cluster = np.full(num_groups, NO_CLUSTER, dtype=np.int64)
+            group_cluster[codes[valid]] = counted
+            disagrees = (group_cluster[codes] != clusters) & valid
+        if disagrees.any():
+            group = codes[np.flatnonzero(disagrees)[0]]
+            members = clusters[(codes == group) if valid is None else (codes == group) & valid]
             raise ValueError(
-                f"A prompt group mixes clusters {int(group_low[group])} and {int(group_cluster[group])}: all rows "
+                f"A prompt group mixes clusters {int(members.min())} and {int(members.max())}: all rows "
                 "of one group (one uid) must carry their prompt's cluster id."
             )
-        return rewards, codes, clusters, valid, group_cluster
+        return _Batch(reward, codes, valid, (group_sum, group_sum_sq, group_rows), group_cluster)
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -359,16 +398,18 @@ class BVBlendEstimator:
         self.moments, self.num_updates = target, num_updates
 
 
-def nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
-    """Rows with at least one response token, reading only the first column and the rare empty-start rows.
+def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
+    """Rows with at least one response token, as a (B,) bool array, reading only the first column and the rare
+    rows that start empty.
 
     A real response starts with a model token, so its mask starts with 1; only rows that start with 0
     (verl's padding rows, or odd layouts) need a full scan. This keeps the check O(B) instead of O(B*T).
     """
-    nonempty = response_mask[:, 0] != 0
-    starts_empty = (~nonempty).nonzero().flatten()
-    if starts_empty.numel():
-        nonempty[starts_empty] = (response_mask[starts_empty] != 0).any(dim=-1)
+    nonempty = _host_array(response_mask[:, 0]) != 0
+    if not nonempty.all():
+        starts_empty = np.flatnonzero(~nonempty)
+        rows = torch.from_numpy(starts_empty).to(response_mask.device)
+        nonempty[starts_empty] = _host_array((response_mask[rows] != 0).any(dim=-1))
     return nonempty
 
 

@@ -1,7 +1,7 @@
 """Turn group ids as verl passes them (uuid strings in a numpy object array) or as tests pass them (ints)
 into contiguous integer codes, and spot verl's padding rows by their uid.
 
-Strings are factorised with ``pandas.factorize`` (a C hash table), which is 2-5x faster than sorting them with
+Ids are factorised with ``pandas.factorize`` (a C hash table), which is 2-5x faster than sorting them with
 ``np.unique`` (what verl's ``grpo_vectorized`` does) and is the largest single cost of a call on big batches.
 """
 
@@ -21,13 +21,14 @@ PADDING_UID_PREFIX = "pad"
 GroupIds = np.ndarray | torch.Tensor | Sequence[Any]
 
 
-def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, int, torch.Tensor | None]:
+def factorize_groups(group_ids: GroupIds) -> tuple[np.ndarray, int, np.ndarray | None]:
     """Map group ids to codes 0..G-1 (in order of first appearance) and flag padding uids.
 
     Returns:
-        codes: (B,) int64 tensor.
+        codes: (B,) int64 array.
         num_groups: G.
-        padding: (B,) bool tensor of rows whose uid starts with "pad", or None when ids are integers.
+        padding: (B,) bool array of rows whose uid starts with "pad", or None when no uid does (or ids are
+            integers).
     """
     if isinstance(group_ids, torch.Tensor):
         if group_ids.dtype.is_floating_point or group_ids.dtype.is_complex or group_ids.dim() != 1:
@@ -35,18 +36,22 @@ def factorize_groups(group_ids: GroupIds) -> tuple[torch.Tensor, int, torch.Tens
                 f"group_ids as a tensor must be 1-D integers, got dtype {group_ids.dtype} and shape "
                 f"{tuple(group_ids.shape)}. Pass uid strings as a numpy object array instead."
             )
-        uniques, codes = torch.unique(group_ids, return_inverse=True)
-        return codes.to(torch.int64), uniques.numel(), None
+        group_ids = group_ids.detach().cpu().numpy()
 
     ids = np.asarray(group_ids) if not isinstance(group_ids, np.ndarray) else group_ids
     if ids.ndim != 1:
         raise ValueError(f"group_ids must be 1-D (one id per row), got shape {ids.shape}.")
-    if ids.dtype.kind == "f":
+    if ids.dtype.kind in "fc":
         raise TypeError("group_ids must be strings or integers, got floats. Pass verl's uid array as it is.")
-    codes, uniques = pd.factorize(ids, sort=False, use_na_sentinel=False)
-    codes = torch.from_numpy(codes.astype(np.int64, copy=False))
+    codes, uniques = pd.factorize(ids, sort=False)
+    if codes.size and codes.min() < 0:
+        row = int(np.flatnonzero(codes < 0)[0])
+        raise ValueError(
+            f"group_ids must not be missing: row {row} holds {ids[row]!r}. Give every row its prompt's uid."
+        )
+    codes = codes.astype(np.int64, copy=False)
     if ids.dtype.kind in "iub":
         return codes, len(uniques), None
     # Test the G unique ids, not the B rows: a group has one id however many rows it has.
-    padding_unique = np.char.startswith(np.asarray(uniques).astype(str), PADDING_UID_PREFIX)
-    return codes, len(uniques), torch.from_numpy(padding_unique)[codes]
+    padding_unique = np.asarray(uniques).astype(f"U{len(PADDING_UID_PREFIX)}") == PADDING_UID_PREFIX
+    return codes, len(uniques), padding_unique[codes] if padding_unique.any() else None

@@ -39,8 +39,7 @@ def compute_bv_blend_advantage(
             token_level_rewards, response_mask, index, cluster_ids
         )
     else:  # multi-output sessions: only final outputs count; the others take their final output's advantage
-        is_final = torch.from_numpy(sources == np.arange(len(sources)))
-        valid = nonempty_rows(response_mask) & is_final
+        valid = nonempty_rows(response_mask) & (sources == np.arange(len(sources)))
         sequence = session.estimator.compute(token_level_rewards.sum(-1), index, cluster_ids, valid=valid)
         advantages = returns = sequence[torch.from_numpy(sources)].unsqueeze(-1) * response_mask
     runtime.record_metrics(session.estimator.metrics)
