@@ -309,8 +309,8 @@ class BVBlendEstimator:
         if not np.isfinite(group_sum_sq).all():
             bad = ~np.isfinite(reward)
             if bad.any():
-                rows = np.flatnonzero(bad)[:5].tolist()
-                raise ValueError(f"Rewards must be finite; rows {rows} hold NaN or inf. Check the reward function.")
+                bad_rows = np.flatnonzero(bad)[:5].tolist()
+                raise ValueError(f"Rewards must be finite; rows {bad_rows} hold NaN or inf. Check the reward function.")
             raise ValueError("Rewards are too large: their squares or the advantages overflow. Rescale the reward.")
 
         counted = clusters if valid is None else clusters[valid]

@@ -1,6 +1,6 @@
 """Per-cluster EMA reward moments: the estimator's only state (spec sections 4, 5.5-5.7).
 
-Like a torchmetrics ``Metric``, the state is a few dense tensors, and a call folds a batch into them
+Like a torchmetrics ``Metric``, the state is a few dense vectors, and a call folds a batch into them
 through *sufficient statistics* that reduce by addition: per cluster k, S1_k = sum R, S2_k = sum R^2 and
 n_k = row count. Because they add, several ranks that each hold whole groups agree on the state after one
 all-reduce (sum) of the (3, K) statistics, whatever way the groups were split.

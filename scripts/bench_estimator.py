@@ -62,7 +62,7 @@ def bench_size(prompts: int, rollouts: int, length: int, repeats: int, num_clust
 
 
 def default_repeats(rows: int) -> int:
-    return 5 if rows >= 16384 else 15 if rows >= 2048 else 60
+    return 5 if rows >= 16384 else 60 if rows >= 2048 else 300
 
 
 def main() -> None:

@@ -57,6 +57,8 @@ def with_row(batch, index, *, reward=None, uid=None, cluster=None):
          "cluster_ids must be a 1-D integer"),
         (lambda: (torch.zeros(2), np.array([0.5, 1.5]), torch.zeros(2, dtype=torch.long)),
          "group_ids must be strings or integers"),
+        (lambda: (torch.zeros(2), np.array(["a", None], dtype=object), torch.zeros(2, dtype=torch.long)),
+         r"group_ids must not be missing: row 1 holds None"),
     ],
 )
 def test_bad_input_raises_a_clear_error_and_keeps_the_state(estimator, make_batch, message):

@@ -145,6 +145,23 @@ def test_mask_whose_first_token_is_zero_is_scanned_in_full():
     assert advantages[0, 0] == 0 and advantages[0, 1] > 0 and advantages[1, 0] < 0
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int64, torch.bool])
+def test_token_level_face_takes_the_mask_and_reward_dtypes_verl_uses(dtype):
+    """numpy has no bfloat16, so the host copy of the mask must go through float32; int and bool masks as is."""
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1]]).to(dtype)
+    token_rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 9.0], [0.0, 0.0, 1.0]])
+    if dtype.is_floating_point:
+        token_rewards = token_rewards.to(dtype)
+    uids = np.array(["a", "a", "a", "a"], dtype=object)
+    advantages, _ = BVBlendEstimator(num_clusters=1).compute_token_level(token_rewards, mask, uids, [0, 0, 0, 0])
+    reference, _ = BVBlendEstimator(num_clusters=1).compute_token_level(
+        token_rewards.float(), mask.float(), uids, [0, 0, 0, 0]
+    )
+    assert advantages.dtype == torch.float32  # promoted from the 16-bit rewards, so nothing overflows
+    torch.testing.assert_close(advantages, reference, rtol=0, atol=0)
+    assert torch.equal(advantages[2], torch.zeros(3))  # the empty row is padding
+
+
 def test_clip_bounds_the_advantage():
     estimator = BVBlendEstimator(num_clusters=1, config=BVBlendConfig(max_abs_advantage=0.5))
     advantages = run(estimator, [[1, 0, 0, 0]], [0], "a")
