@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from bv_blend.codebook import CLUSTER_KEY, Codebook, fit_codebook
 from bv_blend.encode import TextEncoder, extract_problem_texts
+from bv_blend.parquet import read_parquet
 
 
 @dataclass
@@ -32,17 +33,9 @@ class BuildResult:
 
 def read_verl_parquet(path: str | os.PathLike, field_name: str | None) -> pa.Table:
     """Read one verl parquet file, checking that it has rows and the column the text comes from."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"parquet file {path} does not exist")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
     column = field_name.split(".")[0] if field_name else "prompt"
-    if column not in table.column_names:
-        hint = "pass --text-field (e.g. extra_info.question)" if not field_name else "check --text-field"
-        raise ValueError(f"{path} has no column {column!r} (columns: {table.column_names}); {hint}")
+    hint = "pass --text-field (e.g. extra_info.question)" if not field_name else "check --text-field"
+    table = read_parquet(path, [column], what="the text", hint=hint)
     if table.num_rows == 0:
         raise ValueError(f"{path} has no rows; remove it from the inputs")
     return table

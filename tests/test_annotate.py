@@ -174,8 +174,8 @@ def test_overwrite_inputs_when_asked(encoder, tmp_path):
 @pytest.mark.parametrize(
     ("case", "match"),
     [
-        ("missing_column", r"has no column 'prompt'"),
-        ("missing_field", r"has no column 'meta'"),
+        ("missing_column", r"lacks the text columns \['prompt'\]"),
+        ("missing_field", r"lacks the text columns \['meta'\]"),
         ("empty", "has no rows"),
         ("too_many_clusters", r"K=50 is larger than the number of prompts \(9\)"),
         ("not_parquet", "not a readable parquet file"),

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from bv_blend.parquet import read_parquet
 from bv_blend.rewards import answer_parses, get_pool
 
 DATA_SOURCE = "open-r1/OpenR1-Math-220k"
@@ -59,17 +59,9 @@ def load_openr1(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     if not paths:
         raise ValueError("no OpenR1-Math-220k parquet files given (download data/train-*.parquet of the default split)")
     frames = []
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise FileNotFoundError(f"parquet file {path} does not exist")
-        try:
-            schema = pq.read_schema(path)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
-        missing = [c for c in _NEEDED if c not in schema.names]
-        if missing:
-            raise ValueError(f"{path} lacks OpenR1-Math-220k columns {missing}; is it the default split?")
-        frames.append(pq.read_table(path, columns=_NEEDED).to_pandas())
+    for path in paths:
+        table = read_parquet(path, _NEEDED, what="OpenR1-Math-220k", hint="is it the default split?", columns=_NEEDED)
+        frames.append(table.to_pandas())
     df = pd.concat(frames, ignore_index=True)
     if df.empty:
         raise ValueError("the OpenR1-Math-220k files hold no rows")
