@@ -35,6 +35,9 @@ STATE_FORMAT_VERSION = 1
 NO_CLUSTER = -1
 # Groups or rows below this are "degenerate" in the metrics of spec section 7.
 DEGENERATE = 1e-6
+# A reward above this in magnitude would overflow R^2 in float64.
+_LARGEST_SQUARABLE = math.sqrt(np.finfo(np.float64).max)
+_TOO_LARGE = "Rewards are too large: their squares or the advantages overflow. Rescale the reward."
 # The metrics that are sums over groups or rows; reduced across ranks in one buffer with the statistics.
 _SUMMED = (
     "groups",
@@ -60,11 +63,19 @@ class _Batch(NamedTuple):
 
 
 def _host_array(values: torch.Tensor | np.ndarray | Any) -> np.ndarray:
-    """A CPU numpy array of ``values``, without a copy when they already are one (or a CPU tensor)."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu()
-        return (values.float() if values.dtype == torch.bfloat16 else values).numpy()  # numpy has no bfloat16
-    return np.asarray(values)
+    """A CPU numpy array of ``values``, without a copy when they already are one (or a CPU tensor).
+
+    Each step runs only when needed: on verl's CPU tensors this is one call, not four.
+    """
+    if not isinstance(values, torch.Tensor):
+        return np.asarray(values)
+    if values.requires_grad:
+        values = values.detach()
+    if values.device.type != "cpu":
+        values = values.cpu()
+    if values.dtype == torch.bfloat16:  # numpy has no bfloat16
+        values = values.float()
+    return values.numpy()
 
 
 class BVBlendEstimator:
@@ -113,19 +124,16 @@ class BVBlendEstimator:
                 inputs of different lengths. The state is left exactly as it was.
         """
         out_device = rewards.device if isinstance(rewards, torch.Tensor) else None
-        # Overflow is caught by explicit checks that raise a clear error, so numpy's warning would only repeat it.
-        with np.errstate(over="ignore"):
-            batch = self._check_inputs(rewards, group_ids, cluster_ids, valid)
-            # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
-            out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
-            if batch.codes.size == 0 and not should_sync(self.config.sync_across_ranks):
-                # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
-                self.metrics = self._empty_metrics()
-                return torch.zeros(0, dtype=out_dtype, device=out_device)
-            advantage = self._blend_and_update(batch)
-        if out_dtype == torch.float32:  # the usual case: cast on the host, where it is cheapest
-            return torch.from_numpy(advantage.astype(np.float32)).to(out_device)
-        return torch.from_numpy(advantage).to(out_device)
+        batch = self._check_inputs(rewards, group_ids, cluster_ids, valid)
+        # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
+        out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
+        if batch.codes.size == 0 and not should_sync(self.config.sync_across_ranks):
+            # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
+            self.metrics = self._empty_metrics()
+            return torch.zeros(0, dtype=out_dtype, device=out_device)
+        advantage = self._blend_and_update(batch)
+        advantage = torch.from_numpy(advantage.astype(np.float32) if out_dtype == torch.float32 else advantage)
+        return advantage if out_device.type == "cpu" else advantage.to(out_device)
 
     def compute_token_level(
         self,
@@ -216,7 +224,7 @@ class BVBlendEstimator:
         if not (np.isfinite(stats).all() and math.isfinite(abs_max)):
             # Finite rewards so large that their sums or the advantage overflow: refuse before the history
             # is poisoned.
-            raise ValueError("Rewards are too large: their squares or the advantages overflow. Rescale the reward.")
+            raise ValueError(_TOO_LARGE)
         # (5.6, 5.7) Fold into the history: every call with a valid row ages every cluster (an empty call or
         # one of only padding rows is a no-op).
         if summed["rows"] > 0:
@@ -268,10 +276,7 @@ class BVBlendEstimator:
         if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1 or not rewards.dtype.is_floating_point:
             got = f"{rewards.dtype} {tuple(rewards.shape)}" if isinstance(rewards, torch.Tensor) else type(rewards)
             raise ValueError(f"rewards must be a 1-D float tensor (one reward per row), got {got}.")
-        if rewards.device.type == "cpu" and rewards.dtype in (torch.float32, torch.float64):
-            reward = rewards.detach().numpy().astype(np.float64, copy=False)
-        else:  # numpy has no bfloat16, and device tensors must come to the host first
-            reward = rewards.detach().to("cpu", torch.float64).numpy()
+        reward = _host_array(rewards).astype(np.float64, copy=False)
         clusters = _host_array(cluster_ids)
         if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
             raise ValueError(
@@ -303,15 +308,18 @@ class BVBlendEstimator:
             group_rows = np.bincount(codes, weights=valid, minlength=num_groups)
         else:
             group_rows = np.bincount(codes, minlength=num_groups)  # int counts; the math promotes them
+        # NaN, inf, or a reward whose square would overflow: refuse it before squaring (`not <=` holds for NaN).
+        if reward.size and not np.abs(reward).max() <= _LARGEST_SQUARABLE:
+            non_finite = np.flatnonzero(~np.isfinite(reward))[:5].tolist()
+            if non_finite:
+                raise ValueError(
+                    f"Rewards must be finite; rows {non_finite} hold NaN or inf. Check the reward function."
+                )
+            raise ValueError(_TOO_LARGE)
         group_sum = np.bincount(codes, weights=reward, minlength=num_groups)
         group_sum_sq = np.bincount(codes, weights=reward * reward, minlength=num_groups)
-        # R^2 is NaN or inf whenever R is, and when R is finite but too large: one test finds both.
-        if not np.isfinite(group_sum_sq).all():
-            bad = ~np.isfinite(reward)
-            if bad.any():
-                bad_rows = np.flatnonzero(bad)[:5].tolist()
-                raise ValueError(f"Rewards must be finite; rows {bad_rows} hold NaN or inf. Check the reward function.")
-            raise ValueError("Rewards are too large: their squares or the advantages overflow. Rescale the reward.")
+        if not np.isfinite(group_sum_sq).all():  # squares that fit, but whose sum does not
+            raise ValueError(_TOO_LARGE)
 
         counted = clusters if valid is None else clusters[valid]
         if counted.size and (counted.min() < NO_CLUSTER or counted.max() >= self.num_clusters):
@@ -405,7 +413,9 @@ def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     A real response starts with a model token, so its mask starts with 1; only rows that start with 0
     (verl's padding rows, or odd layouts) need a full scan. This keeps the check O(B) instead of O(B*T).
     """
-    nonempty = _host_array(response_mask[:, 0]) != 0
+    # On the CPU (verl's case) the host array is a free view; from elsewhere only the first column is copied.
+    whole = response_mask.device.type == "cpu" and response_mask.dtype != torch.bfloat16
+    nonempty = _host_array(response_mask if whole else response_mask[:, :1])[:, 0] != 0
     if not nonempty.all():
         starts_empty = np.flatnonzero(~nonempty)
         rows = torch.from_numpy(starts_empty).to(response_mask.device)
