@@ -15,7 +15,9 @@ No Python loop runs over rows, groups or clusters.
 Tensors come in and go out, and the state is saved and synced as tensors, but the arithmetic in between is
 float64 numpy on the host, where verl computes advantages anyway. A call is a few dozen operations on vectors of
 G groups or K clusters; numpy does each in about 1 us, torch in 4-10 us, and at verl's usual batch sizes that
-overhead, not the data, is the cost (docs/estimator.md, "Why the host arithmetic is numpy").
+overhead, not the data, is the cost (docs/estimator.md, "Why the host arithmetic is numpy"). For the same
+reason the checks count with ``np.count_nonzero`` rather than calling ``.any()``/``.all()``/``.min()``: in a
+trainer, the estimator's code is cold, and numpy's generic reductions cost 40-60 us each on first use.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _host_array(values: torch.Tensor | np.ndarray | Any) -> np.ndarray:
         return np.asarray(values)
     if values.requires_grad:
         values = values.detach()
-    if values.device.type != "cpu":
+    if not values.is_cpu:  # (`is_cpu` is cheap; `.device` builds a Python object every time)
         values = values.cpu()
     if values.dtype == torch.bfloat16:  # numpy has no bfloat16
         values = values.float()
@@ -123,7 +125,8 @@ class BVBlendEstimator:
             ValueError: NaN or infinite rewards, cluster ids outside -1..K-1, a group mixing clusters, or
                 inputs of different lengths. The state is left exactly as it was.
         """
-        out_device = rewards.device if isinstance(rewards, torch.Tensor) else None
+        # Advantages go back to a device only if the rewards came from one.
+        out_device = rewards.device if isinstance(rewards, torch.Tensor) and not rewards.is_cpu else None
         batch = self._check_inputs(rewards, group_ids, cluster_ids, valid)
         # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
         out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
@@ -133,7 +136,7 @@ class BVBlendEstimator:
             return torch.zeros(0, dtype=out_dtype, device=out_device)
         advantage = self._blend_and_update(batch)
         advantage = torch.from_numpy(advantage.astype(np.float32) if out_dtype == torch.float32 else advantage)
-        return advantage if out_device.type == "cpu" else advantage.to(out_device)
+        return advantage if out_device is None else advantage.to(out_device)
 
     def compute_token_level(
         self,
@@ -183,7 +186,7 @@ class BVBlendEstimator:
         cluster_index = np.maximum(group_cluster, 0)
         hist_mean, hist_var = moments.mean[cluster_index], cluster_variance[cluster_index]
         group_has_history = (group_cluster >= 0) & moments.seen[cluster_index]
-        group_weight = np.where(group_has_history, self._cluster_weights(cluster_variance)[cluster_index], 0.0)
+        group_weight = self._cluster_weights(cluster_variance)[cluster_index] * group_has_history  # 0 if none
 
         # (5.2) Blend baseline and variance; standardise.
         local_weight = 1.0 - group_weight
@@ -221,7 +224,7 @@ class BVBlendEstimator:
             summed = dict(zip(summed, packed[stats.size :].tolist(), strict=True))
             abs_max = all_reduce(torch.tensor([abs_max], dtype=torch.float64), op=torch.distributed.ReduceOp.MAX)
             abs_max = float(abs_max[0])
-        if not (np.isfinite(stats).all() and math.isfinite(abs_max)):
+        if np.count_nonzero(np.isfinite(stats)) != stats.size or not math.isfinite(abs_max):
             # Finite rewards so large that their sums or the advantage overflow: refuse before the history
             # is poisoned.
             raise ValueError(_TOO_LARGE)
@@ -299,7 +302,7 @@ class BVBlendEstimator:
         if padding_uid is not None:
             valid = ~padding_uid if valid is None else valid & ~padding_uid
         # From here on, valid is None when every row is valid, which skips every masking step.
-        if valid is not None and valid.all():
+        if valid is not None and np.count_nonzero(valid) == rows:
             valid = None
 
         # Invalid rows become reward 0 with weight 0, so junk (even NaN) in padding rows never reaches a sum.
@@ -318,11 +321,11 @@ class BVBlendEstimator:
             raise ValueError(_TOO_LARGE)
         group_sum = np.bincount(codes, weights=reward, minlength=num_groups)
         group_sum_sq = np.bincount(codes, weights=reward * reward, minlength=num_groups)
-        if not np.isfinite(group_sum_sq).all():  # squares that fit, but whose sum does not
+        if np.count_nonzero(np.isfinite(group_sum_sq)) != num_groups:  # squares that fit, whose sum does not
             raise ValueError(_TOO_LARGE)
 
         counted = clusters if valid is None else clusters[valid]
-        if counted.size and (counted.min() < NO_CLUSTER or counted.max() >= self.num_clusters):
+        if np.count_nonzero(counted < NO_CLUSTER) or np.count_nonzero(counted >= self.num_clusters):
             out_of_range = (clusters < NO_CLUSTER) | (clusters >= self.num_clusters)
             row = int(np.flatnonzero(out_of_range if valid is None else out_of_range & valid)[0])
             raise ValueError(
@@ -340,7 +343,7 @@ class BVBlendEstimator:
             group_cluster = np.full(num_groups, NO_CLUSTER, dtype=np.int64)
             group_cluster[codes[valid]] = counted
             disagrees = (group_cluster[codes] != clusters) & valid
-        if disagrees.any():
+        if np.count_nonzero(disagrees):
             group = codes[np.flatnonzero(disagrees)[0]]
             members = clusters[(codes == group) if valid is None else (codes == group) & valid]
             raise ValueError(
@@ -414,9 +417,9 @@ def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     (verl's padding rows, or odd layouts) need a full scan. This keeps the check O(B) instead of O(B*T).
     """
     # On the CPU (verl's case) the host array is a free view; from elsewhere only the first column is copied.
-    whole = response_mask.device.type == "cpu" and response_mask.dtype != torch.bfloat16
+    whole = response_mask.is_cpu and response_mask.dtype != torch.bfloat16
     nonempty = _host_array(response_mask if whole else response_mask[:, :1])[:, 0] != 0
-    if not nonempty.all():
+    if np.count_nonzero(nonempty) != nonempty.size:
         starts_empty = np.flatnonzero(~nonempty)
         rows = torch.from_numpy(starts_empty).to(response_mask.device)
         nonempty[starts_empty] = _host_array((response_mask[rows] != 0).any(dim=-1))

@@ -44,7 +44,7 @@ def factorize_groups(group_ids: GroupIds) -> tuple[np.ndarray, int, np.ndarray |
     if ids.dtype.kind in "fc":
         raise TypeError("group_ids must be strings or integers, got floats. Pass verl's uid array as it is.")
     codes, uniques = pd.factorize(ids, sort=False)
-    if codes.size and codes.min() < 0:
+    if np.count_nonzero(codes < 0):  # pandas codes a missing id as -1
         row = int(np.flatnonzero(codes < 0)[0])
         raise ValueError(
             f"group_ids must not be missing: row {row} holds {ids[row]!r}. Give every row its prompt's uid."
@@ -54,4 +54,4 @@ def factorize_groups(group_ids: GroupIds) -> tuple[np.ndarray, int, np.ndarray |
         return codes, len(uniques), None
     # Test the G unique ids, not the B rows: a group has one id however many rows it has.
     padding_unique = np.asarray(uniques).astype(f"U{len(PADDING_UID_PREFIX)}") == PADDING_UID_PREFIX
-    return codes, len(uniques), padding_unique[codes] if padding_unique.any() else None
+    return codes, len(uniques), padding_unique[codes] if np.count_nonzero(padding_unique) else None

@@ -39,7 +39,10 @@ def cluster_statistics(
     or no valid row): shifted by one, those land in slot 0, which is summed and then dropped.
     """
     slots = group_cluster + 1
-    return np.array([np.bincount(slots, weights=sums, minlength=num_clusters + 1)[1:] for sums in group_sums])
+    stats = np.empty((3, num_clusters))
+    for row, sums in enumerate(group_sums):  # S1, S2, n: three statistics, not a loop over data
+        stats[row] = np.bincount(slots, weights=sums, minlength=num_clusters + 1)[1:]
+    return stats
 
 
 def should_sync(enabled: bool) -> bool:
@@ -96,7 +99,7 @@ class ClusterMoments:
         # worth n0 samples, so that one lucky batch cannot make it look certain.
         count, mean, second_moment = self.count, self.mean, self.second_moment
         first_sighting = ~self.seen & (batch_count > 0)
-        if first_sighting.any():  # rare once every cluster has been seen
+        if np.count_nonzero(first_sighting):  # rare once every cluster has been seen
             first_mean = batch_sum / np.maximum(batch_count, 1.0)
             count = np.where(first_sighting, self.n0, count)
             mean = np.where(first_sighting, first_mean, mean)
