@@ -15,31 +15,27 @@ No Python loop runs over rows, groups or clusters.
 Tensors come in and go out, and the state is saved and synced as tensors, but the arithmetic in between is
 float64 numpy on the host, where verl computes advantages anyway. A call is a few dozen operations on vectors of
 G groups or K clusters; numpy does each in about 1 us, torch in 4-10 us, and at verl's usual batch sizes that
-overhead, not the data, is the cost (docs/estimator.md, "Why the host arithmetic is numpy"). For the same
-reason the checks count with ``np.count_nonzero`` rather than calling ``.any()``/``.all()``/``.min()``: in a
-trainer, the estimator's code is cold, and numpy's generic reductions cost 40-60 us each on first use.
+overhead, not the data, is the cost (docs/estimator.md, "Why the host arithmetic is numpy"). The inputs are
+checked and converted in bv_blend/inputs.py before anything here runs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from bv_blend.config import BVBlendConfig
-from bv_blend.grouping import GroupIds, factorize_groups
+from bv_blend.grouping import GroupIds
+from bv_blend.inputs import NO_CLUSTER, TOO_LARGE, Batch, check_inputs, host_array, nonempty_rows
 from bv_blend.moments import ClusterMoments, all_reduce, cluster_statistics, should_sync
 
 STATE_FORMAT_VERSION = 1
-NO_CLUSTER = -1
 # Groups or rows below this are "degenerate" in the metrics of spec section 7.
 DEGENERATE = 1e-6
-# A reward above this in magnitude would overflow R^2 in float64.
-_LARGEST_SQUARABLE = math.sqrt(np.finfo(np.float64).max)
-_TOO_LARGE = "Rewards are too large: their squares or the advantages overflow. Rescale the reward."
 # The metrics that are sums over groups or rows; reduced across ranks in one buffer with the statistics.
 _SUMMED = (
     "groups",
@@ -52,32 +48,6 @@ _SUMMED = (
     "rows",
     "nonzero_rows",
 )  # the keys of the sums in _blend_and_update
-
-
-class _Batch(NamedTuple):
-    """One call's validated inputs as host arrays, and its per-group sums over valid rows."""
-
-    reward: np.ndarray  # (B,) float64, 0 on invalid rows
-    codes: np.ndarray  # (B,) int64 group code of each row
-    valid: np.ndarray | None  # (B,) bool, or None when every row is valid
-    group_sums: tuple[np.ndarray, np.ndarray, np.ndarray]  # per group: S1, S2, valid row count
-    group_cluster: np.ndarray  # (G,) int64 cluster of each group, -1 for none
-
-
-def _host_array(values: torch.Tensor | np.ndarray | Any) -> np.ndarray:
-    """A CPU numpy array of ``values``, without a copy when they already are one (or a CPU tensor).
-
-    Each step runs only when needed: on verl's CPU tensors this is one call, not four.
-    """
-    if not isinstance(values, torch.Tensor):
-        return np.asarray(values)
-    if values.requires_grad:
-        values = values.detach()
-    if not values.is_cpu:  # (`is_cpu` is cheap; `.device` builds a Python object every time)
-        values = values.cpu()
-    if values.dtype == torch.bfloat16:  # numpy has no bfloat16
-        values = values.float()
-    return values.numpy()
 
 
 class BVBlendEstimator:
@@ -127,7 +97,7 @@ class BVBlendEstimator:
         """
         # Advantages go back to a device only if the rewards came from one.
         out_device = rewards.device if isinstance(rewards, torch.Tensor) and not rewards.is_cpu else None
-        batch = self._check_inputs(rewards, group_ids, cluster_ids, valid)
+        batch = check_inputs(rewards, group_ids, cluster_ids, valid, self.num_clusters)
         # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
         out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
         if batch.codes.size == 0 and not should_sync(self.config.sync_across_ranks):
@@ -161,7 +131,7 @@ class BVBlendEstimator:
         rewards = token_level_rewards.sum(dim=-1)
         nonempty = nonempty_rows(response_mask)
         if valid is not None:
-            valid = _host_array(valid)
+            valid = host_array(valid)
             if valid.dtype != np.bool_:
                 raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
             if valid.shape != nonempty.shape:
@@ -171,7 +141,7 @@ class BVBlendEstimator:
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _blend_and_update(self, batch: _Batch) -> np.ndarray:
+    def _blend_and_update(self, batch: Batch) -> np.ndarray:
         cfg, num_clusters = self.config, self.num_clusters
         reward, codes, valid = batch.reward, batch.codes, batch.valid
         group_sum, group_sum_sq, group_rows = batch.group_sums
@@ -227,7 +197,7 @@ class BVBlendEstimator:
         if np.count_nonzero(np.isfinite(stats)) != stats.size or not math.isfinite(abs_max):
             # Finite rewards so large that their sums or the advantage overflow: refuse before the history
             # is poisoned.
-            raise ValueError(_TOO_LARGE)
+            raise ValueError(TOO_LARGE)
         # (5.6, 5.7) Fold into the history: every call with a valid row ages every cluster (an empty call or
         # one of only padding rows is a no-op).
         if summed["rows"] > 0:
@@ -266,91 +236,6 @@ class BVBlendEstimator:
 
     def _empty_metrics(self) -> dict[str, float]:
         return self._metrics(dict.fromkeys(_SUMMED, 0.0), 0.0)
-
-    # ----------------------------------------------------------------------------------------------- inputs
-    def _check_inputs(
-        self,
-        rewards: torch.Tensor,
-        group_ids: GroupIds,
-        cluster_ids: torch.Tensor | np.ndarray,
-        valid: torch.Tensor | np.ndarray | None,
-    ) -> _Batch:
-        """Validate everything before any state changes, so a bad call loses nothing."""
-        if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1 or not rewards.dtype.is_floating_point:
-            got = f"{rewards.dtype} {tuple(rewards.shape)}" if isinstance(rewards, torch.Tensor) else type(rewards)
-            raise ValueError(f"rewards must be a 1-D float tensor (one reward per row), got {got}.")
-        reward = _host_array(rewards).astype(np.float64, copy=False)
-        clusters = _host_array(cluster_ids)
-        if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
-            raise ValueError(
-                f"cluster_ids must be a 1-D integer tensor or array, got {clusters.dtype} {clusters.shape}."
-            )
-        codes, num_groups, padding_uid = factorize_groups(group_ids)
-        if valid is not None:
-            valid = _host_array(valid)
-        rows = reward.shape[0]
-        if codes.shape[0] != rows or clusters.shape[0] != rows or (valid is not None and valid.shape != (rows,)):
-            lengths = {
-                "rewards": rows,
-                "group_ids": codes.shape[0],
-                "cluster_ids": clusters.shape[0],
-                "valid": rows if valid is None else valid.shape[0] if valid.ndim == 1 else -1,
-            }
-            raise ValueError(f"All inputs need one entry per row; got lengths {lengths}.")
-        if valid is not None and valid.dtype != np.bool_:
-            raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
-        if padding_uid is not None:
-            valid = ~padding_uid if valid is None else valid & ~padding_uid
-        # From here on, valid is None when every row is valid, which skips every masking step.
-        if valid is not None and np.count_nonzero(valid) == rows:
-            valid = None
-
-        # Invalid rows become reward 0 with weight 0, so junk (even NaN) in padding rows never reaches a sum.
-        if valid is not None:
-            reward = np.where(valid, reward, 0.0)
-            group_rows = np.bincount(codes, weights=valid, minlength=num_groups)
-        else:
-            group_rows = np.bincount(codes, minlength=num_groups)  # int counts; the math promotes them
-        # NaN, inf, or a reward whose square would overflow: refuse it before squaring (`not <=` holds for NaN).
-        if reward.size and not np.abs(reward).max() <= _LARGEST_SQUARABLE:
-            non_finite = np.flatnonzero(~np.isfinite(reward))[:5].tolist()
-            if non_finite:
-                raise ValueError(
-                    f"Rewards must be finite; rows {non_finite} hold NaN or inf. Check the reward function."
-                )
-            raise ValueError(_TOO_LARGE)
-        group_sum = np.bincount(codes, weights=reward, minlength=num_groups)
-        group_sum_sq = np.bincount(codes, weights=reward * reward, minlength=num_groups)
-        if np.count_nonzero(np.isfinite(group_sum_sq)) != num_groups:  # squares that fit, whose sum does not
-            raise ValueError(_TOO_LARGE)
-
-        counted = clusters if valid is None else clusters[valid]
-        if np.count_nonzero(counted < NO_CLUSTER) or np.count_nonzero(counted >= self.num_clusters):
-            out_of_range = (clusters < NO_CLUSTER) | (clusters >= self.num_clusters)
-            row = int(np.flatnonzero(out_of_range if valid is None else out_of_range & valid)[0])
-            raise ValueError(
-                f"Cluster id {int(clusters[row])} (row {row}) is outside -1..{self.num_clusters - 1}: the data "
-                f"was annotated with another codebook than this estimator's K={self.num_clusters}. Re-annotate it "
-                "with scripts/build_codebook.py, or set num_clusters to the codebook's K."
-            )
-        # Each group's cluster is the one its valid rows carry (-1 for a group without any): write every valid
-        # row's cluster into its group's slot, then check that each row agrees with what its group holds.
-        if valid is None:
-            group_cluster = np.empty(num_groups, dtype=np.int64)  # every group has a row to write its slot
-            group_cluster[codes] = clusters
-            disagrees = group_cluster[codes] != clusters
-        else:
-            group_cluster = np.full(num_groups, NO_CLUSTER, dtype=np.int64)
-            group_cluster[codes[valid]] = counted
-            disagrees = (group_cluster[codes] != clusters) & valid
-        if np.count_nonzero(disagrees):
-            group = codes[np.flatnonzero(disagrees)[0]]
-            members = clusters[(codes == group) if valid is None else (codes == group) & valid]
-            raise ValueError(
-                f"A prompt group mixes clusters {int(members.min())} and {int(members.max())}: all rows "
-                "of one group (one uid) must carry their prompt's cluster id."
-            )
-        return _Batch(reward, codes, valid, (group_sum, group_sum_sq, group_rows), group_cluster)
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -407,23 +292,6 @@ class BVBlendEstimator:
             target = ClusterMoments(saved_k, self.config.gamma, self.config.n0, self.config.v_prior)
         target.load_state_dict(state)  # validates shapes and values first, then assigns
         self.moments, self.num_updates = target, num_updates
-
-
-def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
-    """Rows with at least one response token, as a (B,) bool array, reading only the first column and the rare
-    rows that start empty.
-
-    A real response starts with a model token, so its mask starts with 1; only rows that start with 0
-    (verl's padding rows, or odd layouts) need a full scan. This keeps the check O(B) instead of O(B*T).
-    """
-    # On the CPU (verl's case) the host array is a free view; from elsewhere only the first column is copied.
-    whole = response_mask.is_cpu and response_mask.dtype != torch.bfloat16
-    nonempty = _host_array(response_mask if whole else response_mask[:, :1])[:, 0] != 0
-    if np.count_nonzero(nonempty) != nonempty.size:
-        starts_empty = np.flatnonzero(~nonempty)
-        rows = torch.from_numpy(starts_empty).to(response_mask.device)
-        nonempty[starts_empty] = _host_array((response_mask[rows] != 0).any(dim=-1))
-    return nonempty
 
 
 __all__ = ["BVBlendEstimator", "NO_CLUSTER", "STATE_FORMAT_VERSION", "nonempty_rows"]

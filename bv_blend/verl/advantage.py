@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.estimator import nonempty_rows
+from bv_blend.inputs import nonempty_rows
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import cluster_ids_for_rows
 from bv_blend.verl.sessions import current_output_sources
