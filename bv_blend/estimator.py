@@ -30,7 +30,7 @@ import torch
 
 from bv_blend.config import BVBlendConfig
 from bv_blend.grouping import GroupIds
-from bv_blend.inputs import NO_CLUSTER, TOO_LARGE, Batch, check_inputs, host_array, nonempty_rows
+from bv_blend.inputs import TOO_LARGE, Batch, check_inputs, host_array, nonempty_rows
 from bv_blend.moments import ClusterMoments, all_reduce, cluster_statistics, should_sync
 
 STATE_FORMAT_VERSION = 1
@@ -97,10 +97,15 @@ class BVBlendEstimator:
         """
         # Advantages go back to a device only if the rewards came from one.
         out_device = rewards.device if isinstance(rewards, torch.Tensor) and not rewards.is_cpu else None
-        batch = check_inputs(rewards, group_ids, cluster_ids, valid, self.num_clusters)
+        sync = should_sync(self.config.sync_across_ranks)
+        try:
+            batch = check_inputs(rewards, group_ids, cluster_ids, valid, self.num_clusters)
+        except (ValueError, TypeError):
+            self._reject_together()
+            raise
         # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
         out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
-        if batch.codes.size == 0 and not should_sync(self.config.sync_across_ranks):
+        if batch.codes.size == 0 and not sync:
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
             self.metrics = self._empty_metrics()
             return torch.zeros(0, dtype=out_dtype, device=out_device)
@@ -121,22 +126,27 @@ class BVBlendEstimator:
         The sequence reward is the sum of token rewards, and the advantage is broadcast over the response
         tokens, as in verl's GRPO. Rows with an all-zero mask are padding.
         """
-        if token_level_rewards.shape != response_mask.shape or response_mask.dim() != 2:
-            raise ValueError(
-                f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-                f"{tuple(response_mask.shape)} must both be (batch, response_length)."
-            )
-        if response_mask.shape[1] == 0:
-            raise ValueError("response_mask has no columns: a batch needs at least one response token per row.")
+        try:
+            if token_level_rewards.shape != response_mask.shape or response_mask.dim() != 2:
+                raise ValueError(
+                    f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+                    f"{tuple(response_mask.shape)} must both be (batch, response_length)."
+                )
+            if response_mask.shape[1] == 0:
+                raise ValueError("response_mask has no columns: a batch needs at least one response token per row.")
+            nonempty = nonempty_rows(response_mask)
+            if valid is not None:
+                given_dtype = valid.dtype if hasattr(valid, "dtype") else None
+                valid = host_array(valid)
+                if valid.dtype != np.bool_:
+                    raise ValueError(f"valid must be a bool mask, got dtype {given_dtype or valid.dtype}.")
+                if valid.shape != nonempty.shape:
+                    raise ValueError(f"valid has shape {valid.shape}; it needs one entry per row, {nonempty.shape}.")
+                nonempty = nonempty & valid
+        except (ValueError, TypeError):
+            self._reject_together()
+            raise
         rewards = token_level_rewards.sum(dim=-1)
-        nonempty = nonempty_rows(response_mask)
-        if valid is not None:
-            valid = host_array(valid)
-            if valid.dtype != np.bool_:
-                raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
-            if valid.shape != nonempty.shape:
-                raise ValueError(f"valid has shape {valid.shape}; it needs one entry per row, {nonempty.shape}.")
-            nonempty = nonempty & valid
         advantages = self.compute(rewards, group_ids, cluster_ids, valid=nonempty).unsqueeze(-1) * response_mask
         return advantages, advantages
 
@@ -188,12 +198,13 @@ class BVBlendEstimator:
         }
         abs_max = float(abs_advantage.max()) if advantage.size else 0.0
         if should_sync(cfg.sync_across_ranks):
-            packed = np.concatenate((stats.ravel(), np.array(list(summed.values()), dtype=np.float64)))
-            packed = all_reduce(torch.from_numpy(packed)).numpy()
-            stats = packed[: stats.size].reshape(3, num_clusters)
-            summed = dict(zip(summed, packed[stats.size :].tolist(), strict=True))
-            abs_max = all_reduce(torch.tensor([abs_max], dtype=torch.float64), op=torch.distributed.ReduceOp.MAX)
-            abs_max = float(abs_max[0])
+            stats, sums, abs_max, peer_failed = self._sync(stats, list(summed.values()), abs_max, failed=False)
+            if peer_failed:
+                raise ValueError(
+                    "Another rank's input for this call was rejected (its own error says why); no rank changed "
+                    "its BV-Blend state. Fix that input and call again on every rank."
+                )
+            summed = dict(zip(summed, sums, strict=True))
         if np.count_nonzero(np.isfinite(stats)) != stats.size or not math.isfinite(abs_max):
             # Finite rewards so large that their sums or the advantage overflow: refuse before the history
             # is poisoned.
@@ -205,6 +216,31 @@ class BVBlendEstimator:
             self.num_updates += 1
         self.metrics = self._metrics(summed, abs_max)
         return advantage
+
+    def _reject_together(self) -> None:
+        """On a rank whose input was rejected: join the call's collectives with a failure flag, if ranks sync, so
+        that the other ranks raise too instead of waiting forever."""
+        if should_sync(self.config.sync_across_ranks):
+            self._sync(np.zeros((3, self.num_clusters)), [0.0] * len(_SUMMED), 0.0, failed=True)
+
+    @staticmethod
+    def _sync(
+        stats: np.ndarray, sums: list[float], abs_max: float, failed: bool
+    ) -> tuple[np.ndarray, list[float], float, bool]:
+        """A call's two collectives: one SUM of (stats, metric sums, failure flag), one MAX of the largest |A|.
+
+        A rank whose input was rejected joins with ``failed=True``, so that every rank learns of it in the
+        same call and none waits forever. Returns the global stats, sums, largest |A|, and whether any rank failed.
+        """
+        packed = torch.from_numpy(np.concatenate((stats.ravel(), np.array([*sums, float(failed)]))))
+        packed = all_reduce(packed).numpy()
+        global_abs_max = all_reduce(torch.tensor([abs_max], dtype=torch.float64), op=torch.distributed.ReduceOp.MAX)
+        return (
+            packed[: stats.size].reshape(stats.shape),
+            packed[stats.size : -1].tolist(),
+            float(global_abs_max[0]),
+            bool(packed[-1] > 0),
+        )
 
     def _cluster_weights(self, cluster_variance: np.ndarray) -> np.ndarray:
         """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
@@ -294,4 +330,4 @@ class BVBlendEstimator:
         self.moments, self.num_updates = target, num_updates
 
 
-__all__ = ["BVBlendEstimator", "NO_CLUSTER", "STATE_FORMAT_VERSION", "nonempty_rows"]
+__all__ = ["BVBlendEstimator", "STATE_FORMAT_VERSION"]

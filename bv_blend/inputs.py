@@ -63,9 +63,11 @@ def check_inputs(
     clusters = host_array(cluster_ids)
     if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
         raise ValueError(
-            f"cluster_ids must be a 1-D integer tensor or array, got {clusters.dtype} {clusters.shape}."
+            f"cluster_ids must be a 1-D integer tensor or array, got {getattr(cluster_ids, 'dtype', clusters.dtype)} "
+            f"{clusters.shape}."
         )
     codes, num_groups, padding_uid = factorize_groups(group_ids)
+    original_valid = valid
     if valid is not None:
         valid = host_array(valid)
     rows = reward.shape[0]
@@ -78,7 +80,7 @@ def check_inputs(
         }
         raise ValueError(f"All inputs need one entry per row; got lengths {lengths}.")
     if valid is not None and valid.dtype != np.bool_:
-        raise ValueError(f"valid must be a bool mask, got dtype {valid.dtype}.")
+        raise ValueError(f"valid must be a bool mask, got dtype {getattr(original_valid, 'dtype', valid.dtype)}.")
     if padding_uid is not None:
         valid = ~padding_uid if valid is None else valid & ~padding_uid
     # From here on, valid is None when every row is valid, which skips every masking step.
@@ -131,7 +133,6 @@ def check_inputs(
             "of one group (one uid) must carry their prompt's cluster id."
         )
     return Batch(reward, codes, valid, (group_sum, group_sum_sq, group_rows), group_cluster)
-
 
 
 def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:

@@ -66,3 +66,26 @@ def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int
         torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def run_rank_with_a_bad_call(rank: int, world_size: int, init_file: str, out_dir: str, seed: int) -> None:
+    """Call 0 is good everywhere; in call 1 rank 1 holds a NaN reward; call 2 is good again."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
+        calls = make_calls(seed, num_calls=3)
+        states, errors = [], []
+        for call, (rewards, uids, clusters, groups) in enumerate(calls):
+            rows = rows_of_rank(groups, rank, world_size)
+            local_rewards = rewards[rows].clone()
+            if call == 1 and rank == 1:
+                local_rewards[0] = float("nan")
+            try:
+                estimator.compute(local_rewards, uids[rows], clusters[rows])
+                errors.append(None)
+            except ValueError as error:
+                errors.append(str(error))
+            states.append(estimator.state_dict())
+        torch.save({"states": states, "errors": errors}, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()

@@ -9,7 +9,7 @@ import torch
 import torch.multiprocessing as mp
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from tests._distributed_worker import NUM_CLUSTERS, make_calls, run_rank
+from tests._distributed_worker import NUM_CLUSTERS, make_calls, run_rank, run_rank_with_a_bad_call
 
 
 def single_process(seed: int, binary: bool):
@@ -45,3 +45,26 @@ def test_ranks_with_whole_groups_match_one_process(tmp_path, world_size, binary)
                 result["advantages"], expected[call]["advantages"][result["rows"]], rtol=1e-6, atol=1e-6
             )
             assert result["metrics"] == pytest.approx(expected[call]["metrics"], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_a_rejected_input_on_one_rank_raises_on_every_rank_and_changes_no_state(tmp_path):
+    """Without the failure flag in the all-reduce, rank 0 would wait forever for rank 1."""
+    seed = 11
+    mp.spawn(run_rank_with_a_bad_call, args=(2, str(tmp_path / "init"), str(tmp_path), seed), nprocs=2, join=True)
+    saved = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+    assert saved[1]["errors"][1].startswith("Rewards must be finite")
+    assert saved[0]["errors"][1].startswith("Another rank's input for this call was rejected")
+    assert [saved[rank]["errors"][call] for rank in range(2) for call in (0, 2)] == [None] * 4
+
+    # The failed call changed nothing on either rank, and the next call synced as if it had not happened.
+    calls = make_calls(seed, num_calls=3)
+    reference = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
+    for call in (0, 2):
+        rewards, uids, clusters, _ = calls[call]
+        reference.compute(rewards, uids, clusters)
+    for rank in range(2):
+        states = saved[rank]["states"]
+        for name in ("count", "mean", "second_moment", "seen"):
+            assert torch.equal(states[1][name], states[0][name]), name
+            assert torch.equal(states[2][name], reference.state_dict()[name]), name
