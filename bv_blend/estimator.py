@@ -30,7 +30,7 @@ import torch
 
 from bv_blend.config import BVBlendConfig
 from bv_blend.grouping import GroupIds
-from bv_blend.inputs import TOO_LARGE, Batch, check_inputs, host_array, nonempty_rows
+from bv_blend.inputs import TOO_LARGE, Batch, bool_mask, check_inputs, nonempty_rows
 from bv_blend.moments import ClusterMoments, all_reduce, cluster_statistics, should_sync
 
 STATE_FORMAT_VERSION = 1
@@ -109,7 +109,7 @@ class BVBlendEstimator:
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
             self.metrics = self._empty_metrics()
             return torch.zeros(0, dtype=out_dtype, device=out_device)
-        advantage = self._blend_and_update(batch)
+        advantage = self._blend_and_update(batch, sync)
         advantage = torch.from_numpy(advantage.astype(np.float32) if out_dtype == torch.float32 else advantage)
         return advantage if out_device is None else advantage.to(out_device)
 
@@ -136,10 +136,7 @@ class BVBlendEstimator:
                 raise ValueError("response_mask has no columns: a batch needs at least one response token per row.")
             nonempty = nonempty_rows(response_mask)
             if valid is not None:
-                given_dtype = valid.dtype if hasattr(valid, "dtype") else None
-                valid = host_array(valid)
-                if valid.dtype != np.bool_:
-                    raise ValueError(f"valid must be a bool mask, got dtype {given_dtype or valid.dtype}.")
+                valid = bool_mask(valid)
                 if valid.shape != nonempty.shape:
                     raise ValueError(f"valid has shape {valid.shape}; it needs one entry per row, {nonempty.shape}.")
                 nonempty = nonempty & valid
@@ -151,7 +148,7 @@ class BVBlendEstimator:
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _blend_and_update(self, batch: Batch) -> np.ndarray:
+    def _blend_and_update(self, batch: Batch, sync: bool) -> np.ndarray:
         cfg, num_clusters = self.config, self.num_clusters
         reward, codes, valid = batch.reward, batch.codes, batch.valid
         group_sum, group_sum_sq, group_rows = batch.group_sums
@@ -197,7 +194,7 @@ class BVBlendEstimator:
             "nonzero_rows": np.count_nonzero(abs_advantage > DEGENERATE),
         }
         abs_max = float(abs_advantage.max()) if advantage.size else 0.0
-        if should_sync(cfg.sync_across_ranks):
+        if sync:
             stats, sums, abs_max, peer_failed = self._sync(stats, list(summed.values()), abs_max, failed=False)
             if peer_failed:
                 raise ValueError(

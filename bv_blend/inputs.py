@@ -48,6 +48,14 @@ def host_array(values: torch.Tensor | np.ndarray | Any) -> np.ndarray:
     return values.numpy()
 
 
+def bool_mask(valid: torch.Tensor | np.ndarray | Any) -> np.ndarray:
+    """``valid`` as a host bool array; an error naming the caller's dtype if it is not bool."""
+    mask = host_array(valid)
+    if mask.dtype != np.bool_:
+        raise ValueError(f"valid must be a bool mask, got dtype {getattr(valid, 'dtype', mask.dtype)}.")
+    return mask
+
+
 def check_inputs(
     rewards: torch.Tensor,
     group_ids: GroupIds,
@@ -67,9 +75,8 @@ def check_inputs(
             f"{clusters.shape}."
         )
     codes, num_groups, padding_uid = factorize_groups(group_ids)
-    original_valid = valid
     if valid is not None:
-        valid = host_array(valid)
+        valid = bool_mask(valid)
     rows = reward.shape[0]
     if codes.shape[0] != rows or clusters.shape[0] != rows or (valid is not None and valid.shape != (rows,)):
         lengths = {
@@ -79,8 +86,6 @@ def check_inputs(
             "valid": rows if valid is None else valid.shape[0] if valid.ndim == 1 else -1,
         }
         raise ValueError(f"All inputs need one entry per row; got lengths {lengths}.")
-    if valid is not None and valid.dtype != np.bool_:
-        raise ValueError(f"valid must be a bool mask, got dtype {getattr(original_valid, 'dtype', valid.dtype)}.")
     if padding_uid is not None:
         valid = ~padding_uid if valid is None else valid & ~padding_uid
     # From here on, valid is None when every row is valid, which skips every masking step.
@@ -152,4 +157,4 @@ def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     return nonempty
 
 
-__all__ = ["NO_CLUSTER", "Batch", "check_inputs", "host_array", "nonempty_rows"]
+__all__ = ["NO_CLUSTER", "Batch", "bool_mask", "check_inputs", "host_array", "nonempty_rows"]

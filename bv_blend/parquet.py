@@ -27,14 +27,11 @@ def read_parquet(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"parquet file {path} does not exist")
-    try:
+    try:  # a missing column raises a plain ValueError, which passes through (ArrowInvalid is its subclass)
         schema = pq.read_schema(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
-    missing = [name for name in required_columns if name not in schema.names]
-    if missing:
-        raise ValueError(f"{path} lacks {what} columns {missing} (it has {schema.names}); {hint}")
-    try:
+        missing = [name for name in required_columns if name not in schema.names]
+        if missing:
+            raise ValueError(f"{path} lacks {what} columns {missing} (it has {schema.names}); {hint}")
         return pq.read_table(path, columns=None if columns is None else list(columns))
     except (pa.ArrowInvalid, OSError) as exc:
         raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -43,9 +46,17 @@ def rows_of_rank(groups: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     return np.flatnonzero(groups % world_size == rank)
 
 
-def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, binary: bool) -> None:
+@contextmanager
+def gloo_group(rank: int, world_size: int, init_file: str) -> Iterator[None]:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, binary: bool) -> None:
+    with gloo_group(rank, world_size, init_file):
         estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
         results = []
         for rewards, uids, clusters, groups in make_calls(seed, binary=binary):
@@ -64,14 +75,11 @@ def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int
                 {"rows": torch.from_numpy(rows), "advantages": advantages, "metrics": dict(estimator.metrics)}
             )
         torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def run_rank_with_a_bad_call(rank: int, world_size: int, init_file: str, out_dir: str, seed: int) -> None:
     """Call 0 is good everywhere; in call 1 rank 1 holds a NaN reward; call 2 is good again."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
-    try:
+    with gloo_group(rank, world_size, init_file):
         estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
         calls = make_calls(seed, num_calls=3)
         states, errors = [], []
@@ -87,5 +95,3 @@ def run_rank_with_a_bad_call(rank: int, world_size: int, init_file: str, out_dir
                 errors.append(str(error))
             states.append(estimator.state_dict())
         torch.save({"states": states, "errors": errors}, f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
