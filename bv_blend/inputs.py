@@ -2,8 +2,8 @@
 
 Everything here runs before the estimator changes any state, so a bad call loses nothing. The hot path counts
 with ``np.count_nonzero`` rather than ``.any()``/``.all()``/``.min()``, and reads ``tensor.is_cpu`` rather than
-``tensor.device``: in a trainer this code is cold, and those take paths that cost 20-60 us each on first use
-(docs/estimator.md, "Why the host arithmetic is numpy").
+``tensor.device``: in a trainer this code is cold, and those take slower paths on first use (``python
+scripts/bench_ops.py`` measures both; docs/estimator.md, "Why the host arithmetic is numpy").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ ranks or groups are summed changes the result by rounding only (about 1e-16 rela
 The state is held as host (numpy) arrays and leaves as torch tensors: ``state_dict`` gives plain tensors for
 ``torch.save``, and the cross-rank sync is a ``torch.distributed`` all-reduce of a tensor that shares the
 statistics' memory. The arithmetic on the K-sized vectors is numpy because it is the same float64 math at a
-fraction of the cost: about 1 us per operation on a small vector against 4-10 us for torch, and a call makes
+fraction of the cost: 1-4 us per operation on a small vector against 2-11 us for torch, and a call makes
 dozens of them (docs/estimator.md, "Why the host arithmetic is numpy").
 """
 
