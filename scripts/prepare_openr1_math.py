@@ -4,9 +4,11 @@
     python scripts/prepare_openr1_math.py ~/data/openr1/data/train-*.parquet \
         --tokenizer ~/models/Qwen2.5-Math-7B --output ~/data/openr1_math_45k/train.parquet
 
-Filters (each prints how many rows it removed): no generation verified by Math-Verify, reference
-answer Math-Verify cannot parse/verify, a generation over 8192 tokens; then a seeded 45,000-row
-sample in verl's format. Writes <output> and <output>.stats.json.
+A problem is kept when some generation in the data set is correct by Math-Verify, has complete reasoning and
+is at most 8192 tokens long (the paper's lineage, LUFFY's 46k subset), and its reference answer parses. Each
+stage prints how many rows it removed; then a seeded 45,000-row sample is written in verl's format, with
+<output>.stats.json beside it. --length-rule any|all applies the earlier row-level length rules instead
+(any: drop a row if any generation is too long; all: only if every one is), for comparison.
 """
 
 from __future__ import annotations
@@ -15,7 +17,19 @@ import argparse
 import json
 import sys
 
-from bv_blend.data.openr1 import DEFAULT_TEMPLATE, prepare_openr1
+from bv_blend.data.openr1 import DEFAULT_TEMPLATE, LENGTH_RULES, prepare_openr1
+
+
+def sample_size(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive row count or 'all', got {text!r}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,12 +37,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("inputs", nargs="+", help="OpenR1-Math-220k parquet shards (data/train-*.parquet)")
     parser.add_argument("--output", required=True, help="output verl parquet file")
     parser.add_argument("--tokenizer", required=True, help="local path of the policy model / tokenizer")
-    parser.add_argument("--sample-size", type=int, default=45_000)
+    parser.add_argument("--sample-size", type=sample_size, default=45_000, help="rows to draw, or 'all'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-generation-tokens", type=int, default=8192)
     parser.add_argument(
-        "--length-rule", choices=["any", "all"], default="any",
-        help="drop a row if any (default) / all of its generations exceed the limit",
+        "--length-rule", choices=LENGTH_RULES, default="correct",
+        help="correct (default, the paper's lineage): keep a row if some correct, complete generation fits; "
+        "any / all: the earlier row-level rules over all generations (for comparison)",
     )
     parser.add_argument("--template", default=DEFAULT_TEMPLATE, help="user turn; must contain {question}")
     parser.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per Math-Verify check")
