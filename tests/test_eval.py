@@ -10,8 +10,10 @@ import json
 import math
 import re
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from bv_blend.eval import (
@@ -21,6 +23,7 @@ from bv_blend.eval import (
     evaluate,
     extract_boxed,
     extract_choice,
+    judge,
     load_problems,
     load_scores,
     mean_pass_at_k,
@@ -28,10 +31,12 @@ from bv_blend.eval import (
     permute_options,
     results_table,
     save_scores,
+    self_check,
+    self_check_table,
     to_markdown,
     write_table,
 )
-from bv_blend.eval.benchmarks import Problem
+from bv_blend.eval.benchmarks import Problem, parse_benchmark_args
 
 # ---------------------------------------------------------------- extraction
 
@@ -172,7 +177,8 @@ def test_load_problems_reads_each_benchmarks_default_fields(tmp_path, fmt):
 
 def test_load_problems_names_missing_columns_and_the_fix(tmp_path):
     path = _write(tmp_path, "m", [{"prompt": "x", "answer": "1"}], "jsonl")
-    with pytest.raises(ValueError, match=r"lacks column\(s\) \['problem'\].*--field math500"):
+    with pytest.raises(ValueError, match=r"lacks the question column\(s\) \(tried \{'question': \['problem', "
+                       r"'question'\]\}\); it has \['prompt', 'answer'\]\. Map a column with --field math500"):
         load_problems(BENCHMARKS["math500"], path)
     renamed = BENCHMARKS["math500"].with_fields(question_field="prompt")
     assert load_problems(renamed, path)[0].question == "x"
@@ -197,7 +203,7 @@ def canned_vllm_stand_in(correct_plan):
 
 
 def test_evaluate_scores_canned_outputs_with_math_verify(tmp_path):
-    math500 = BENCHMARKS["math500"]
+    math500 = BENCHMARKS["math500"].with_samples(32)
     minerva = BENCHMARKS["minerva"]
     gpqa = BENCHMARKS["gpqa_diamond"]
     problems = {
@@ -277,7 +283,6 @@ def test_results_table_rejects_unknown_benchmarks():
 
 def _evaluate_script():
     import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.spec_from_file_location("evaluate", Path(__file__).parents[1] / "scripts" / "evaluate.py")
     module = importlib.util.module_from_spec(spec)
@@ -310,3 +315,179 @@ def test_evaluate_script_table_and_to_verl(tmp_path, capsys):
     assert "multiple choice" in capsys.readouterr().err
     assert script.main(["run", "--model", str(tmp_path), "--run-name", "x", "--bench", "nope=x"]) == 2
     assert "Unknown benchmark 'nope'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the files as published (tests/fixtures/benchmarks)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
+
+PUBLISHED = [
+    # (benchmark, file(s), ids, answers or gold option texts, has reference solutions)
+    ("math500", ["math500.jsonl"], ["test/prealgebra/1.json", "test/precalculus/2.json", "test/algebra/3.json"],
+     ["\\frac{1}{2}", "\\left( 2, \\frac{\\pi}{2} \\right)", "9"], True),
+    ("aime24", ["aime24.parquet"], ["60", "61"], ["24", "9"], True),
+    ("aime24", ["aime24_maxwell.jsonl"], ["2024-I-1", "2024-I-2"], ["35", "99"], True),
+    ("aime25", ["aime2025-I.jsonl", "aime2025-II.jsonl"], ["aime2025-I/0", "aime2025-I/1", "aime2025-II/0"],
+     ["42", "32", "81"], False),
+    ("amc", ["amc.parquet"], ["0", "1"], ["142", "0.25"], False),
+    ("amc", ["amc23.jsonl"], ["0", "1"], ["27", "36"], False),
+    # Minerva-Math as Qwen2.5-Math ships it: the answer is the solution's LAST \boxed{}, nested braces kept
+    ("minerva", ["minerva_math.jsonl"], ["0", "1", "2"], ["1.6", "\\frac{1}{2}", "7.5 \\times 10^{-3}"], True),
+    ("minerva", ["minervamath.jsonl"], ["0", "1"], ["1.6", "\\frac{1}{2}"], False),
+    ("olympiadbench", ["olympiadbench.jsonl"], ["1606", "1607"], ["8", "-2, 2"], True),
+    ("arc_c", ["arc_c.parquet"], ["Mercury_1", "Mercury_2"], ["whale", "oxygen"], False),
+    ("gpqa_diamond", ["gpqa_diamond.csv"], ["recA1", "recB2", "recC3"], ["electron", "10^-3", "mitochondrion"],
+     False),
+    ("mmlu_pro", ["mmlu_pro.parquet"], ["70"], ["Paris"], False),
+]
+
+
+@pytest.mark.parametrize(("name", "files", "ids", "golds", "solutions"), PUBLISHED,
+                         ids=[f"{p[0]}:{p[1][0]}" for p in PUBLISHED])
+def test_each_benchmark_loads_as_published(name, files, ids, golds, solutions):
+    bench = BENCHMARKS[name]
+    problems = load_problems(bench, [FIXTURES / f for f in files])
+    assert [p.id for p in problems] == ids
+    if bench.kind == "math":
+        assert [p.answer for p in problems] == golds
+    else:
+        assert [p.options[p.gold_index] for p in problems] == golds
+    assert all(p.question and "\n" not in p.question[-1:] for p in problems)
+    assert all(bool(p.solution) for p in problems) is solutions
+
+
+def test_gpqa_csv_keeps_commas_quotes_and_all_four_options():
+    problems = load_problems(BENCHMARKS["gpqa_diamond"], FIXTURES / "gpqa_diamond.csv")
+    assert problems[1].question == 'A solution has pH 3. What is [H+], in mol/L, "approximately"?'
+    assert problems[2].options == ("mitochondrion", "ribosome", "Golgi apparatus, in part", "lysosome")
+    assert {len(p.options) for p in problems} == {4} and {p.gold_index for p in problems} == {0}
+
+
+def test_gpqa_options_are_shuffled_per_question_with_the_seed_and_scored_by_letter():
+    gpqa = BENCHMARKS["gpqa_diamond"]
+    problem = load_problems(gpqa, FIXTURES / "gpqa_diamond.csv")[2]
+    first, again = build_request(gpqa, problem, seed=3), build_request(gpqa, problem, seed=3)
+    assert first == again  # deterministic per (seed, question id)
+    listed = re.findall(r"^([A-D])\. (.+)$", first.prompt, flags=re.MULTILINE)
+    assert sorted(text for _, text in listed) == sorted(problem.options)
+    assert dict(listed)[first.gold] == "mitochondrion"  # the gold letter follows the shuffle
+    golds = {build_request(gpqa, problem, seed=s).gold for s in range(30)}
+    assert len(golds) > 1  # another seed, another order
+    wrong = next(letter for letter in "ABCD" if letter != first.gold)
+    assert judge(gpqa, first, f"... so the answer is \\boxed{{{first.gold}}}") == (first.gold, True)
+    assert judge(gpqa, first, f"ANSWER: {wrong}") == (wrong, False)
+
+
+def test_several_files_and_unique_ids(tmp_path):
+    with pytest.raises(ValueError, match=r"ids \['7'\] occur more than once; pass --field aime24.id_field="):
+        load_problems(BENCHMARKS["aime24"], _write(tmp_path, "dup", [{"id": 7, "problem": "a", "answer": "1"}] * 2,
+                                                   "jsonl"))
+    numbered = BENCHMARKS["aime24"].with_fields(id_field="")
+    assert [p.id for p in load_problems(numbered, tmp_path / "dup.jsonl")] == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "name", "match"),
+    [
+        ([{"problem": "x", "solution": "no box here"}], "minerva", r"problem 0: no reference answer and no \\boxed"),
+        ([{"Question": "q", "Correct Answer": "a", "Incorrect Answer 1": "b"}], "gpqa_diamond",
+         r"lacks the incorrect \('Incorrect Answer 2'\), incorrect \('Incorrect Answer 3'\) column"),
+    ],
+)
+def test_unusable_rows_are_clear_errors(tmp_path, rows, name, match):
+    with pytest.raises(ValueError, match=match):
+        load_problems(BENCHMARKS[name], _write(tmp_path, name, rows, "jsonl"))
+
+
+def test_unsupported_or_unreadable_files_are_clear_errors(tmp_path):
+    (tmp_path / "x.txt").write_text("problem,answer\n")
+    with pytest.raises(ValueError, match=r"unsupported file type '\.txt'; use \.parquet, \.jsonl, \.json or \.csv"):
+        load_problems(BENCHMARKS["math500"], tmp_path / "x.txt")
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match="is not a readable parquet file"):
+        load_problems(BENCHMARKS["math500"], tmp_path / "x.parquet")
+
+
+def test_avg_at_k_defaults_follow_the_papers_lineage_and_are_configurable():
+    assert {n: b.metric for n, b in BENCHMARKS.items()} == {
+        "amc": "avg@32", "math500": "pass@1", "minerva": "pass@1", "aime24": "avg@32", "aime25": "avg@32",
+        "olympiadbench": "pass@1", "arc_c": "pass@1", "gpqa_diamond": "pass@1", "mmlu_pro": "pass@1",
+    }
+    chosen = parse_benchmark_args(["math500=a.jsonl", "aime24=b.parquet"], samples=["math500=16", "aime24=1"])
+    assert chosen["math500"][0].metric == "avg@16" and chosen["aime24"][0].metric == "pass@1"
+    for bad, match in ((["math500=0"], "positive integer"), (["math500=x"], "K must be an integer"),
+                       (["gsm8k=4"], "NAME=K for a --bench benchmark")):
+        with pytest.raises(ValueError, match=match):
+            parse_benchmark_args(["math500=a.jsonl"], samples=bad)
+    two = parse_benchmark_args(["aime25=I.jsonl,II.jsonl"])
+    assert [p.name for p in two["aime25"][1]] == ["I.jsonl", "II.jsonl"]
+    with pytest.raises(ValueError, match="given twice"):
+        parse_benchmark_args(["aime25=I.jsonl", "aime25=II.jsonl"])
+
+
+# ---------------------------------------------------------------- the grader's self-check
+
+
+def test_self_check_on_the_published_layouts():
+    """The references in the fixtures are right; the grader accepts them, except where Math-Verify reads the text
+    differently: a Minerva solution with an earlier \\boxed{2} before its final \\boxed{1.6} is read as the set
+    {2, 1.6} by Math-Verify 0.9 (both boxes outside $...$)."""
+    results = {}
+    for name, files, *_ in PUBLISHED:
+        bench = BENCHMARKS[name]
+        results[f"{name}:{files[0]}"] = self_check(bench, load_problems(bench, [FIXTURES / f for f in files]))
+    for key, result in results.items():
+        assert result.accuracy("answer") == 1.0, (key, result.failures)
+    rejected = {(r.benchmark, f["id"], f["check"]) for r in results.values() for f in r.failures}
+    assert rejected == {("minerva", "0", "solution")}
+    minerva = results["minerva:minerva_math.jsonl"]
+    assert minerva.graded == {"answer": 3, "solution": 3} and minerva.accepted == {"answer": 3, "solution": 2}
+    assert minerva.failures[0]["last_boxed"] == "1.6"
+    table = self_check_table(list(results.values()))
+    assert "| minerva | 3 | 3/3 (100.0%) | 2/3 (66.7%) |" in table
+    assert "| gpqa_diamond | 3 | 3/3 (100.0%) | - |" in table
+
+
+def test_self_check_reports_answers_the_grader_cannot_match(tmp_path):
+    rows = [{"unique_id": "ok", "problem": "p", "answer": "9", "solution": "So \\boxed{9}."},
+            {"unique_id": "broken", "problem": "p", "answer": "\\frac{1}{", "solution": "So \\boxed{3}."},
+            {"unique_id": "wrong", "problem": "p", "answer": "4", "solution": "So \\boxed{5}."}]
+    result = self_check(BENCHMARKS["math500"], load_problems(BENCHMARKS["math500"], _write(tmp_path, "m", rows,
+                                                                                           "jsonl")))
+    assert result.accuracy("answer") == pytest.approx(2 / 3) and result.accuracy("solution") == pytest.approx(1 / 3)
+    assert {(f["id"], f["check"]) for f in result.failures} == {("broken", "answer"), ("broken", "solution"),
+                                                               ("wrong", "solution")}
+
+
+def test_evaluate_script_self_check_and_context_check(tmp_path, capsys):
+    script = _evaluate_script()
+    out = tmp_path / "rejected.jsonl"
+    argv = ["self-check", "--bench", f"minerva={FIXTURES / 'minerva_math.jsonl'}",
+            "--bench", f"gpqa_diamond={FIXTURES / 'gpqa_diamond.csv'}", "--out", str(out)]
+    assert script.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| minerva | 3 | 3/3 (100.0%) | 2/3 (66.7%) |" in printed
+    assert "rejected: minerva 0 (solution): gold '1.6', last \\boxed{} '1.6'" in printed
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["0"]
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    run = ["run", "--model", str(model), "--run-name", "x", "--bench", f"math500={FIXTURES / 'math500.jsonl'}"]
+    assert script.main([*run, "--max-tokens", "8192"]) == 2
+    assert "--max-tokens 8192 leaves no room for the prompt in the 4096-token context" in capsys.readouterr().err
+    assert script.main([*run, "--max-model-len", "16384"]) == 2
+    assert "--max-model-len 16384 exceeds the model's context of 4096 tokens" in capsys.readouterr().err
+
+
+def test_benchmark_fixture_files_are_what_the_generator_writes(tmp_path):
+    from tests.fixtures.make_fixtures import write_all
+
+    for path in write_all(tmp_path):
+        if path.parent.name != "benchmarks":
+            continue
+        committed = FIXTURES / path.name
+        if path.suffix == ".parquet":
+            assert pq.read_table(path).equals(pq.read_table(committed)), f"{path.name}: rerun make_fixtures.py"
+        else:
+            assert path.read_text() == committed.read_text(), f"{path.name}: rerun tests/fixtures/make_fixtures.py"

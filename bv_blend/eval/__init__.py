@@ -1,4 +1,5 @@
-"""The paper's evaluation suite: benchmarks, answer extraction, option permutation, metrics and the table.
+"""The paper's evaluation suite: benchmarks, answer extraction, option permutation, metrics, the table, and the
+grader's self-check on each benchmark's own references.
 
 Generation with vLLM lives in :mod:`bv_blend.eval.generate`, imported only when a model is evaluated.
 """
@@ -7,6 +8,7 @@ from bv_blend.eval.benchmarks import BENCHMARKS, Benchmark, Problem, load_proble
 from bv_blend.eval.extract import extract_boxed, extract_choice
 from bv_blend.eval.metrics import avg_at_k, mean_pass_at_k, pass_at_k
 from bv_blend.eval.permute import permute_options
+from bv_blend.eval.selfcheck import SelfCheckResult, self_check, self_check_table
 from bv_blend.eval.suite import build_request, evaluate, judge, load_scores, save_scores, score_benchmark
 from bv_blend.eval.table import results_table, to_markdown, write_table
 
@@ -14,6 +16,7 @@ __all__ = [
     "BENCHMARKS",
     "Benchmark",
     "Problem",
+    "SelfCheckResult",
     "avg_at_k",
     "build_request",
     "evaluate",
@@ -28,6 +31,8 @@ __all__ = [
     "results_table",
     "save_scores",
     "score_benchmark",
+    "self_check",
+    "self_check_table",
     "to_markdown",
     "write_table",
 ]
