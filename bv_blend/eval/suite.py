@@ -60,8 +60,10 @@ def _default_verify(prediction: str, gold: str) -> bool:
 
 
 def judge(bench: Benchmark, request: Request, response: str, verify: VerifyFn = _default_verify) -> tuple[str, bool]:
-    """(extracted answer, correct?) for one response. Maths: Math-Verify on the whole response (its last
-    boxed answer); choice: the extracted letter equals the permuted gold letter."""
+    """(extracted answer, correct?) for one response. Maths: Math-Verify on the whole response, as the training
+    reward does (it usually reads the last ``\\boxed{}``, but Math-Verify 0.9 can read several as the set of them,
+    e.g. ``\\boxed{2}, then \\boxed{1.6}``); the extracted text is our last ``\\boxed{}``, for the samples file.
+    Choice: the extracted letter equals the permuted gold letter."""
     if bench.kind == "math":
         return extract_boxed(response) or "", bool(verify(response, request.gold))
     letter = extract_choice(response, request.num_options)
