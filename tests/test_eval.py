@@ -430,8 +430,8 @@ def test_avg_at_k_defaults_follow_the_papers_lineage_and_are_configurable():
 
 def test_self_check_on_the_published_layouts():
     """The references in the fixtures are right; the grader accepts them, except where Math-Verify reads the text
-    differently: a Minerva solution with an earlier \\boxed{2} before its final \\boxed{1.6} is read as the set
-    {2, 1.6} by Math-Verify 0.9 (both boxes outside $...$)."""
+    differently: the Minerva solution "First guess \\boxed{2}, then correct it. The width is \\boxed{1.6}." is
+    read as the set {2, 1.6} by Math-Verify 0.9 (and scores 0 against 1.6), as a model's response would be."""
     results = {}
     for name, files, *_ in PUBLISHED:
         bench = BENCHMARKS[name]

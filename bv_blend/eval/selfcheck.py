@@ -8,7 +8,8 @@ Two checks per problem, each run through the same :func:`~bv_blend.eval.suite.ju
   choice, the gold letter after the option permutation.
 - ``solution``: the file's reference solution, where it has one (MATH-500, Minerva-Math, OlympiadBench, some
   AIME releases). A failure means the grader reads a different final answer from a correct worked solution;
-  e.g. Math-Verify 0.9 reads two ``\boxed{}`` outside ``$...$`` in one text as the set of both answers.
+  e.g. Math-Verify 0.9 reads ``\boxed{2}, then ... \boxed{1.6}`` as the set {2, 1.6} (with a sentence break
+  between the two boxes it reads the last one).
 
 A failure record gives ``last_boxed``, the text of the last ``\boxed{}`` (what a reader would take as the
 answer); Math-Verify's own reading can differ, which is what the check is there to show.
