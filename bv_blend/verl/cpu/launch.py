@@ -1,4 +1,4 @@
-"""Launch verl's stock trainer on CPU: ``python -m bv_blend.verl.cpu_launch [hydra overrides...]``.
+"""Launch verl's stock trainer on CPU: ``python -m bv_blend.verl.cpu.launch [hydra overrides...]``.
 
 Composes ``--config-name bv_blend`` (verl's ppo_trainer + BV-Blend options), adds the CPU overrides of
 ``configs/cpu_tiny.yaml`` as ``++key=value`` arguments, then the caller's overrides (which win), and runs
@@ -9,20 +9,24 @@ crashed or interrupted run never leaves Ray running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from bv_blend.machine import describe_cpu
 from bv_blend.verl.cpu import cpu_env
 
 DEFAULT_CPU_CONFIG = "cpu_tiny"
+RUN_ID_ENV = "BV_BLEND_CPU_RUN_ID"
 
 
 def configs_dir() -> Path:
@@ -69,14 +73,32 @@ def trainer_command(overrides: list[str], cpu_config: str = DEFAULT_CPU_CONFIG) 
     ]  # fmt: skip
 
 
-def _kill_session(pgid: int) -> None:
-    """SIGTERM, then SIGKILL, every process left in the trainer's session (Ray, vLLM)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def processes_of_run(run_id: str) -> list[int]:
+    """Pids of every live process that inherited this run's marker, wherever it moved (Ray daemons call setsid)."""
+    marker = f"{RUN_ID_ENV}={run_id}".encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return [pid for pid in pids if pid != os.getpid()]
+
+
+def _stop_run(pgid: int, run_id: str) -> None:
+    """SIGTERM, then SIGKILL, the trainer's session and every process that carries the run's marker."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, sig)
-        except ProcessLookupError:
+        for pid in processes_of_run(run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and processes_of_run(run_id):
+            time.sleep(0.2)
+        if not processes_of_run(run_id):
             return
-        time.sleep(3)
 
 
 def run_trainer(
@@ -86,19 +108,33 @@ def run_trainer(
     extra_env: dict[str, str] | None = None,
     timeout_s: float | None = None,
     cpu_config: str = DEFAULT_CPU_CONFIG,
+    run_id: str | None = None,
 ) -> int:
     """Runs the stock trainer on CPU to completion; returns its exit code (124 on timeout).
 
+    Every process the run started (Ray's GCS and raylet, its workers, vLLM's engine and workers) is stopped before
+    this returns, whether the trainer finished, failed or timed out.
+
     ``log_path`` receives stdout and stderr (else they pass through); ``metrics_path`` is where verl's "file"
-    logger writes one JSON line per step (VERL_FILE_LOGGER_PATH).
+    logger writes one JSON line per step (VERL_FILE_LOGGER_PATH). ``extra_env`` adds variables; modules it names in
+    ``VERL_USE_EXTERNAL_MODULES`` are imported next to the CPU platform. ``run_id`` marks every process of the run
+    (see :func:`processes_of_run`); a fresh one is drawn when omitted.
     """
-    env = cpu_env()
+    env = cpu_env({**os.environ, **(extra_env or {})})
+    run_id = run_id or uuid.uuid4().hex
+    env[RUN_ID_ENV] = run_id  # inherited by Ray, its workers and vLLM: how the clean-up finds them all
     if metrics_path is not None:
         metrics_path.parent.mkdir(parents=True, exist_ok=True)
         env["VERL_FILE_LOGGER_PATH"] = str(metrics_path)
-    env.update(extra_env or {})
     command = trainer_command(overrides, cpu_config)
     out = open(log_path, "w") if log_path is not None else None  # noqa: SIM115 - closed in finally
+    # First line of every CPU run's log: a failure report then says which kind of CPU it came from.
+    header = f"[bv_blend.verl.cpu] {describe_cpu()}\n"
+    if out is not None:
+        out.write(header)
+        out.flush()
+    else:
+        sys.stdout.write(header)
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                                start_new_session=True)
     try:
@@ -106,7 +142,7 @@ def run_trainer(
     except subprocess.TimeoutExpired:
         return 124
     finally:
-        _kill_session(process.pid)
+        _stop_run(process.pid, run_id)
         process.wait()
         if out is not None:
             out.close()
