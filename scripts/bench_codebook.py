@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bv_blend.codebook import fit_codebook
-from bv_blend.encode import ClusterAssigner, EmbeddingCache, TextEncoder
+from bv_blend.codebook.encode import ClusterAssigner, EmbeddingCache, TextEncoder
 
 TEMPLATES = [
     "What is {a} + {b} * {c}?",

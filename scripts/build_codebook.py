@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from bv_blend.annotate import build_codebook_from_parquet
-from bv_blend.encode import DEFAULT_ENCODER, TextEncoder
+from bv_blend.codebook.annotate import build_codebook_from_parquet
+from bv_blend.codebook.encode import DEFAULT_ENCODER, TextEncoder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bv_blend.report import load_run, plot_dynamics, summarise
+from bv_blend.paper.report import load_run, plot_dynamics, summarise
 
 
 def main(argv: list[str] | None = None) -> int:

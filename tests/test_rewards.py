@@ -12,8 +12,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bv_blend import rewards
-from bv_blend.rewards import VerifierPool, answer_parses, compute_score, get_pool, verify_answer
+from bv_blend.paper import rewards
+from bv_blend.paper.rewards import VerifierPool, answer_parses, compute_score, get_pool, verify_answer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402

@@ -10,7 +10,7 @@ import torch
 from bv_blend.inputs import nonempty_rows
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import cluster_ids_for_rows
-from bv_blend.verl.sessions import current_output_sources
+from bv_blend.verl.multi_output import current_output_sources
 
 
 def compute_bv_blend_advantage(

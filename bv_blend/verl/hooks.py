@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from bv_blend.verl import runtime
+from bv_blend.verl.multi_output import final_output_rows, output_sources
 from bv_blend.verl.options import ESTIMATOR_NAME, uses_bv_blend
 from bv_blend.verl.patching import wrap
-from bv_blend.verl.sessions import final_output_rows, output_sources
 
 # What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
 TEXT_FIELDS = ("prompt", "raw_prompt")

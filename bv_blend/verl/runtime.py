@@ -42,7 +42,7 @@ class Session:
     def assigner(self) -> Any:
         """The on-the-fly :class:`~bv_blend.encode.ClusterAssigner` (loads the encoder on first use)."""
         if self._assigner is None:
-            from bv_blend.encode import ClusterAssigner  # heavy (sentence-transformers): only in assign mode
+            from bv_blend.codebook.encode import ClusterAssigner  # heavy (sentence-transformers): only in assign mode
 
             self._assigner = ClusterAssigner(self._codebook)
         return self._assigner

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from bv_blend.annotate import build_codebook_from_parquet
+from bv_blend.codebook.annotate import build_codebook_from_parquet
 from bv_blend.demo import model as tiny
 from bv_blend.demo.report import read_metrics
 from bv_blend.demo.task import write_task

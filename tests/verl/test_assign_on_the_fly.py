@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bv_blend.annotate import build_codebook_from_parquet
 from bv_blend.codebook import CLUSTER_KEY
-from bv_blend.encode import TextEncoder
+from bv_blend.codebook.annotate import build_codebook_from_parquet
+from bv_blend.codebook.encode import TextEncoder
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
 from tests.test_annotate import questions, verl_frame

