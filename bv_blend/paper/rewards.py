@@ -2,7 +2,7 @@
 
 Use it from verl with::
 
-    reward.custom_reward_function.path=pkg://bv_blend.rewards
+    reward.custom_reward_function.path=pkg://bv_blend.paper.rewards
     reward.custom_reward_function.name=compute_score
 
 (a file path to this module works too).
