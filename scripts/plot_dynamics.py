@@ -25,13 +25,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smooth", type=int, default=1, help="rolling mean over this many steps")
     parser.add_argument("--last", type=int, default=50, help="steps averaged in the printed summary")
     args = parser.parse_args(argv)
+    if args.smooth < 1 or args.last < 1:
+        parser.error(f"--smooth ({args.smooth}) and --last ({args.last}) must be >= 1.")
+    sources = {}
+    for item in args.run:  # every NAME=PATH is checked before any log is read
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            parser.error(f"--run expects NAME=PATH, got {item!r}.")
+        if name in sources:
+            parser.error(f"--run name {name!r} is given twice; each run needs its own name.")
+        sources[name] = Path(path)
     try:
-        runs = {}
-        for item in args.run:
-            name, sep, path = item.partition("=")
-            if not sep or not name or not path:
-                raise ValueError(f"--run expects NAME=PATH, got {item!r}.")
-            runs[name] = load_run(Path(path))
+        runs = {name: load_run(path) for name, path in sources.items()}
         written, notes = plot_dynamics(runs, args.out, smooth=args.smooth)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
