@@ -25,17 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smooth", type=int, default=1, help="rolling mean over this many steps")
     parser.add_argument("--last", type=int, default=50, help="steps averaged in the printed summary")
     args = parser.parse_args(argv)
-    if args.smooth < 1 or args.last < 1:
-        parser.error(f"--smooth ({args.smooth}) and --last ({args.last}) must be >= 1.")
-    sources = {}
-    for item in args.run:  # every NAME=PATH is checked before any log is read
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            parser.error(f"--run expects NAME=PATH, got {item!r}.")
-        if name in sources:
-            parser.error(f"--run name {name!r} is given twice; each run needs its own name.")
-        sources[name] = Path(path)
     try:
+        sources = _check(args)  # every argument, before any log is read
         runs = {name: load_run(path) for name, path in sources.items()}
         written, notes = plot_dynamics(runs, args.out, smooth=args.smooth)
     except (ValueError, FileNotFoundError) as exc:
@@ -46,6 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     print(summarise(runs, args.last).to_string(float_format=lambda v: f"{v:.4g}"))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _check(args: argparse.Namespace) -> dict[str, Path]:
+    if args.smooth < 1 or args.last < 1:
+        raise ValueError(f"--smooth ({args.smooth}) and --last ({args.last}) must be >= 1.")
+    sources: dict[str, Path] = {}
+    for item in args.run:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--run expects NAME=PATH, got {item!r}.")
+        if name in sources:
+            raise ValueError(f"--run name {name!r} is given twice; each run needs its own name.")
+        sources[name] = Path(path)
+    return sources
 
 
 if __name__ == "__main__":
