@@ -42,3 +42,17 @@ def test_wheel_ships_every_config_and_the_reward_module(wheel_names):
     configs = {p.relative_to(ROOT / "configs").as_posix() for p in (ROOT / "configs").rglob("*.yaml")}
     assert configs and {f"bv_blend/configs/{name}" for name in configs} <= wheel_names
     assert {"bv_blend/rewards.py", "bv_blend/paper/rewards.py"} <= wheel_names
+
+
+def test_a_missing_extra_is_named_in_the_error(monkeypatch):
+    """Without the codebook extra (its packages hidden from import here), the error says what to install."""
+    import numpy as np
+
+    from bv_blend.codebook import TextEncoder, fit_codebook
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    monkeypatch.setitem(sys.modules, "sklearn.cluster", None)
+    with pytest.raises(ImportError, match=r"pip install 'bv-blend\[codebook\]'"):
+        TextEncoder()
+    with pytest.raises(ImportError, match=r"pip install 'bv-blend\[codebook\]'"):
+        fit_codebook(np.eye(3, dtype=np.float32), 2, encoder_id="e")

@@ -210,7 +210,12 @@ class TextEncoder:
         show_progress: bool = True,
         chunk_size: int = 1024,
     ) -> None:
-        from sentence_transformers import SentenceTransformer
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ImportError(
+                f"The codebook's encoder needs sentence-transformers ({exc}): pip install 'bv-blend[codebook]'."
+            ) from exc
 
         self.encoder_id, load_from = resolve_encoder(model)
         try:
