@@ -54,7 +54,7 @@ def prepare_model(s: DemoSettings) -> tuple[Path, dict[str, float]]:
 
 def build_clusters(s: DemoSettings, train: Path, val: Path) -> tuple[Path, list[Path]]:
     """Codebook of the task's prompts with the packaged MiniLM encoder + annotated parquet copies."""
-    from bv_blend.annotate import build_codebook_from_parquet
+    from bv_blend.codebook.annotate import build_codebook_from_parquet
 
     result = build_codebook_from_parquet([train, val], s.work_dir / "clusters", s.num_clusters, seed=s.seed)
     return result.codebook_path, result.annotated_paths
