@@ -13,7 +13,7 @@
     # a maths benchmark as the trainer's validation parquet (data.val_files)
     python scripts/evaluate.py to-verl --bench math500=data/eval/math500.jsonl --out data/val/math500.parquet
 
-Benchmarks (files as published: parquet, JSONL, JSON or CSV; bv_blend/eval/benchmarks.py lists the layouts):
+Benchmarks (files as published: parquet, JSONL, JSON or CSV; bv_blend/paper/eval/benchmarks.py lists the layouts):
 aime24, aime25, amc (avg@32 by default, the paper's lineage); math500, minerva, olympiadbench (pass@1); arc_c,
 gpqa_diamond, mmlu_pro (multiple choice, options shuffled per problem with --seed, pass@1). --samples NAME=K
 changes k.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bv_blend.eval import (
+from bv_blend.paper.eval import (
     evaluate,
     load_problems,
     load_scores,
@@ -39,8 +39,8 @@ from bv_blend.eval import (
     to_markdown,
     write_table,
 )
-from bv_blend.eval.benchmarks import parse_benchmark_args
-from bv_blend.eval.suite import to_verl_rows
+from bv_blend.paper.eval.benchmarks import parse_benchmark_args
+from bv_blend.paper.eval.suite import to_verl_rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from bv_blend.eval.generate import vllm_generator  # vLLM only now, once the inputs are known to be good
+    from bv_blend.paper.eval.generate import vllm_generator  # vLLM only now, once the inputs are known to be good
 
     generate = vllm_generator(
         args.model, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed,

@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from bv_blend.data.openr1 import DEFAULT_TEMPLATE, LENGTH_RULES, prepare_openr1
+from bv_blend.paper.data.openr1 import DEFAULT_TEMPLATE, LENGTH_RULES, prepare_openr1
 
 
 def sample_size(text: str) -> int | None:

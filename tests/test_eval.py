@@ -1,7 +1,7 @@
 """The evaluation suite on canned model outputs: extraction, option permutation, avg@k / pass@1, the table.
 
 Generation needs vLLM on a GPU; here a canned generator stands in for it (``canned_vllm_stand_in``).
-Maths answers are judged by the real Math-Verify (bv_blend.rewards.verify_answer).
+Maths answers are judged by the real Math-Verify (bv_blend.paper.rewards.verify_answer).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from bv_blend.eval import (
+from bv_blend.paper.eval import (
     BENCHMARKS,
     avg_at_k,
     build_request,
@@ -36,7 +36,7 @@ from bv_blend.eval import (
     to_markdown,
     write_table,
 )
-from bv_blend.eval.benchmarks import Problem, parse_benchmark_args
+from bv_blend.paper.eval.benchmarks import Problem, parse_benchmark_args
 
 # ---------------------------------------------------------------- extraction
 
@@ -291,7 +291,7 @@ def _evaluate_script():
 
 
 def test_evaluate_script_table_and_to_verl(tmp_path, capsys):
-    from bv_blend.rewards import compute_score
+    from bv_blend.paper.rewards import compute_score
 
     script = _evaluate_script()
     for run, value in (("bv_blend", 0.5), ("grpo", 0.4)):

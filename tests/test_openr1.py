@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bv_blend.data.openr1 import (
+from bv_blend.codebook.encode import extract_problem_texts
+from bv_blend.paper.data.openr1 import (
     DATA_SOURCE,
     INSTRUCTION,
     KEPT,
@@ -28,7 +29,6 @@ from bv_blend.data.openr1 import (
     prepare_openr1,
     row_fates,
 )
-from bv_blend.encode import extract_problem_texts
 from tests.fixtures.make_fixtures import OPENR1_CASES, OPENR1_MAX_TOKENS, OPENR1_PLAIN_ROWS, openr1_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

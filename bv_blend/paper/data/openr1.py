@@ -10,7 +10,7 @@ Each row gets one fate, the first stage it fails (or ``kept``); every stage prin
 1. ``no_correct_generation``: Math-Verify verified none of the row's generations;
 2. ``no_complete_correct_generation``: every correct generation has incomplete reasoning;
 3. ``unparsable_answer``: Math-Verify cannot parse the reference answer into a maths object (checked here with
-   :func:`bv_blend.rewards.answer_parses`; the trainer's reward could never pay out on such a row);
+   :func:`bv_blend.paper.rewards.answer_parses`; the trainer's reward could never pay out on such a row);
 4. ``no_short_correct_generation``: every complete correct generation is longer than ``max_generation_tokens``
    under the policy's tokenizer.
 
@@ -34,8 +34,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from bv_blend.parquet import read_parquet
-from bv_blend.rewards import answer_parses, get_pool
+from bv_blend.codebook.parquet import read_parquet
+from bv_blend.paper.rewards import answer_parses, get_pool
 
 DATA_SOURCE = "open-r1/OpenR1-Math-220k"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -1,6 +1,6 @@
 """The grader on a benchmark's own references: how often it agrees with the file's answers (CPU only).
 
-Two checks per problem, each run through the same :func:`~bv_blend.eval.suite.judge` as a model's response:
+Two checks per problem, each run through the same :func:`~bv_blend.paper.eval.suite.judge` as a model's response:
 
 - ``answer``: the reference answer alone, as ``\\boxed{answer}``: it must parse into a maths object
   (Math-Verify's bare string fallback does not count: two unparsable strings "match" each other) and match
@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from bv_blend.eval.benchmarks import Benchmark, Problem
-from bv_blend.eval.suite import VerifyFn, _default_verify, build_request, judge
+from bv_blend.paper.eval.benchmarks import Benchmark, Problem
+from bv_blend.paper.eval.suite import VerifyFn, _default_verify, build_request, judge
 
 CHECKS = ("answer", "solution")
 ParsesFn = Callable[[str], bool]
 
 
 def _default_parses(answer: str) -> bool:
-    from bv_blend.rewards import answer_parses
+    from bv_blend.paper.rewards import answer_parses
 
     return answer_parses(answer)
 

@@ -1,10 +1,10 @@
-"""Sampling with vLLM (GPU). Imported lazily: nothing else in bv_blend.eval needs vLLM."""
+"""Sampling with vLLM (GPU). Imported lazily: nothing else in bv_blend.paper.eval needs vLLM."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bv_blend.eval.suite import Conversation, GenerateFn
+from bv_blend.paper.eval.suite import Conversation, GenerateFn
 
 
 def vllm_generator(

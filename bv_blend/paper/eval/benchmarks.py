@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bv_blend.eval.extract import extract_boxed
+from bv_blend.paper.eval.extract import extract_boxed
 
 ROLES = ("question", "answer", "solution", "choices", "incorrect", "id")
 

@@ -1,6 +1,6 @@
 """Run the evaluation: prompts from problems, samples from a generator, verdicts, one score per benchmark.
 
-The generator is any ``GenerateFn``: :func:`bv_blend.eval.generate.vllm_generator` on a GPU, or canned
+The generator is any ``GenerateFn``: :func:`bv_blend.paper.eval.generate.vllm_generator` on a GPU, or canned
 outputs in the tests. Everything around it (prompts, option permutation, extraction, Math-Verify, avg@k and
 pass@1) is plain Python that runs anywhere.
 """
@@ -15,12 +15,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from bv_blend.eval.benchmarks import Benchmark, Problem
-from bv_blend.eval.extract import extract_boxed, extract_choice
-from bv_blend.eval.metrics import avg_at_k, mean_pass_at_k
-from bv_blend.eval.permute import option_letter, permute_options
+from bv_blend.paper.eval.benchmarks import Benchmark, Problem
+from bv_blend.paper.eval.extract import extract_boxed, extract_choice
+from bv_blend.paper.eval.metrics import avg_at_k, mean_pass_at_k
+from bv_blend.paper.eval.permute import option_letter, permute_options
 
-# The training prompt's instruction (bv_blend/data/openr1.py), so evaluation asks what training taught.
+# The training prompt's instruction (bv_blend/paper/data/openr1.py), so evaluation asks what training taught.
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 CHOICE_INSTRUCTION = (
     "Please reason step by step, and put the letter of the correct option (just the letter) within \\boxed{}."
@@ -54,7 +54,7 @@ def build_request(bench: Benchmark, problem: Problem, seed: int) -> Request:
 
 
 def _default_verify(prediction: str, gold: str) -> bool:
-    from bv_blend.rewards import verify_answer
+    from bv_blend.paper.rewards import verify_answer
 
     return verify_answer(prediction, gold)
 
@@ -90,7 +90,7 @@ def score_benchmark(
     if len(responses) != len(requests):
         raise ValueError(f"{bench.name}: {len(responses)} response lists for {len(requests)} problems.")
     jobs = [(r, j, text) for r, texts in zip(requests, responses, strict=True) for j, text in enumerate(texts)]
-    # Math-Verify checks run in worker processes (bv_blend.rewards); threads keep them all busy.
+    # Math-Verify checks run in worker processes (bv_blend.paper.rewards); threads keep them all busy.
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         verdicts = list(
             tqdm(
