@@ -15,9 +15,16 @@ Two questions per key (a dotted path such as ``actor_rollout_ref.actor.grad_clip
    count as a read of the actor's ``grad_clip``.
 
 ``algorithm.bv_blend.*`` is ours, not verl's: it is checked against the options bv_blend reads
-(``BVBlendConfig`` and the glue's ``GlueOptions``).
+(``BVBlendConfig`` and the glue's ``GlueOptions``). A key verl's yaml does not declare still counts as declared
+when it is a field of the section's ``_target_`` dataclass (``omega_conf_to_dataclass`` accepts it). Below
+:data:`PASS_THROUGH` mappings, which verl hands whole to another library, nothing can be checked.
 
-Run on a file: ``python -m tests._verl_schema configs/paper/qwen25_math_7b.yaml``.
+Which keys: :func:`job_keys` composes a config by name as ``main_ppo`` does (hydra, verl's config module, our
+search-path plugin) and takes every key set by one of our files in hydra's defaults list for it, plus every key
+whose composed value differs from verl's own ``ppo_trainer`` (so keys that arrive through ``defaults`` or
+overrides count too). :func:`keys_set_by` reads one file alone.
+
+Run on configs by name: ``python -m tests._verl_schema paper/qwen25_math_7b bv_blend``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,11 @@ from omegaconf import DictConfig, OmegaConf
 OUR_NAMESPACE = ("algorithm", "bv_blend")
 # Top-level entries of a config file that are hydra's, not the trainer's.
 HYDRA_ENTRIES = frozenset({"defaults", "hydra"})
+# Mappings verl passes whole to another library: ray.init(**ray_init) (trainer/main_ppo.py) and the
+# TransferQueue client's own config. Their keys are that library's to read.
+PASS_THROUGH = ("ray_kwargs.ray_init", "transfer_queue")
+# Where hydra finds our configs (the provider name of bv_blend's search-path plugin).
+OUR_PROVIDER = "bv_blend"
 
 
 @dataclass(frozen=True)
@@ -176,13 +188,14 @@ def verl_read_sites() -> dict[str, list[_ReadSite]]:
     return index
 
 
-def read_sites(key: str) -> list[_ReadSite]:
+@cache
+def read_sites(key: str) -> tuple[_ReadSite, ...]:
     """The places in verl that read ``key`` (see the module docstring for what counts)."""
     parts = key.split(".")
     target = _target_class(parts)
     lineage = {cls.__name__ for cls in target.__mro__} if target is not None else None
     sites = verl_read_sites().get(parts[-1], [])
-    return [s for s in sites if s.self_in_class is None or lineage is None or s.self_in_class in lineage]
+    return tuple(s for s in sites if s.self_in_class is None or lineage is None or s.self_in_class in lineage)
 
 
 # ----------------------------------------------------------------------------------------- our files
@@ -216,6 +229,14 @@ def _our_option_keys() -> frozenset[str]:
     return ESTIMATOR_KEYS | GLUE_KEYS
 
 
+def _dataclass_field(parts: list[str], depth: int) -> Any | None:
+    """The field ``parts[depth]`` of the ``_target_`` dataclass of the section ``parts[:depth]``, if it has one."""
+    target = _target_class([*parts[:depth], parts[depth]])
+    fields = getattr(target, "__dataclass_fields__", {}) if target is not None else {}
+    return fields.get(parts[depth])
+
+
+@cache  # configs share most keys; the schema and verl's source do not change in a run
 def check_key(key: str) -> Finding | None:
     """None if verl (or bv_blend) declares and reads ``key``; else the finding that says why not."""
     parts = key.split(".")
@@ -223,13 +244,19 @@ def check_key(key: str) -> Finding | None:
         if len(parts) == 3 and parts[2] in _our_option_keys():
             return None
         return Finding(key, "unknown", f"not a bv_blend option; known: {sorted(_our_option_keys())}")
+    if any(key == prefix or key.startswith(prefix + ".") for prefix in PASS_THROUGH):
+        return None
     node, depth = _node(verl_schema(), parts)
     if depth < len(parts):
         if isinstance(node, DictConfig) and depth > 0 and len(node) == 0:
             return None  # below a free-form mapping verl declares empty: passed through as is
-        parent = ".".join(parts[:depth]) or "<root>"
-        near = sorted(node.keys())[:40] if isinstance(node, DictConfig) else []
-        return Finding(key, "unknown", f"verl 0.9.1 declares no '{parts[depth]}' under {parent}; it has {near}")
+        if depth > 0 and _dataclass_field(parts, depth) is not None:
+            if depth + 1 < len(parts):
+                return None  # below a field verl's dataclass takes as a dict (fsdp_config.mixed_precision, say)
+        else:
+            parent = ".".join(parts[:depth]) or "<root>"
+            near = sorted(node.keys())[:40] if isinstance(node, DictConfig) else []
+            return Finding(key, "unknown", f"verl 0.9.1 declares no '{parts[depth]}' under {parent}; it has {near}")
     if not read_sites(key):
         target = _target_class(parts)
         where = f"declared on {target.__name__}" if target is not None else "declared in verl's yaml"
@@ -242,15 +269,73 @@ def check_file(path: str | Path) -> list[Finding]:
     return [finding for key in keys_set_by(path) if (finding := check_key(key)) is not None]
 
 
+# ----------------------------------------------------------------------------------------- composed configs
+
+
+def _compose(config_name: str, overrides: Iterable[str]) -> tuple[DictConfig, list[tuple[Path, str]]]:
+    """The job config as main_ppo composes it, and our files in hydra's defaults list with their packages."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        files = []
+        for default in loader.compute_defaults_list(config_name, list(overrides), RunMode.RUN).defaults:
+            if not default.config_path or default.config_path.startswith("hydra/"):
+                continue
+            loaded = loader.repository.load_config(default.config_path)
+            if loaded is not None and loaded.provider == OUR_PROVIDER:
+                folder = Path(loaded.path.removeprefix("file://"))
+                files.append((folder / f"{default.config_path}.yaml", default.package or ""))
+        job = compose(config_name=config_name, overrides=list(overrides))
+    GlobalHydra.instance().clear()
+    return job, files
+
+
+def job_keys(config_name: str, overrides: Iterable[str] = ()) -> list[str]:
+    """The keys our side sets in the job config ``config_name`` (e.g. ``paper/qwen25_math_7b``) with ``overrides``:
+    those set by our files in its defaults list (even to verl's own value), and those whose composed value
+    differs from verl's ``ppo_trainer`` or that verl does not have."""
+    job, files = _compose(config_name, overrides)
+    ours = {f"{package}.{key}" if package else key for path, package in files for key in keys_set_by(path)}
+    composed = _flat(job)
+    stock = _flat(verl_schema())
+    missing = object()
+    changed = {key for key, value in composed.items() if stock.get(key, missing) != value}
+    return sorted(ours | changed)
+
+
+def _flat(config: DictConfig) -> dict[str, Any]:
+    body = OmegaConf.to_container(config, resolve=False, throw_on_missing=False)
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, Mapping) and node:
+            for name, value in node.items():
+                walk(value, f"{prefix}{name}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk(body, "")
+    return flat
+
+
+def check_job(config_name: str, overrides: Iterable[str] = ()) -> list[Finding]:
+    """Findings for every key of :func:`job_keys` (empty: verl, or bv_blend, declares and reads them all)."""
+    return [finding for key in job_keys(config_name, overrides) if (finding := check_key(key)) is not None]
+
+
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m tests._verl_schema CONFIG.yaml [...]", file=sys.stderr)
+        print("usage: python -m tests._verl_schema CONFIG_NAME|FILE.yaml [...]", file=sys.stderr)
         return 2
     status = 0
-    for path in argv:
-        findings = check_file(path)
+    for name in argv:
+        findings = check_file(name) if name.endswith(".yaml") else check_job(name)
         for finding in findings:
-            print(f"{path}: {finding}")
+            print(f"{name}: {finding}")
         status |= bool(findings)
     return status
 

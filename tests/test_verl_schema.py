@@ -1,7 +1,9 @@
 """Every key our configs set is one verl 0.9.1 declares and reads (tests/_verl_schema.py, run on the real verl).
 
-The schema is verl's ``ppo_trainer`` composed by hydra from the installed package; the reads are found in verl's
-installed source. Nothing here is mocked.
+Each config is composed by name as verl's ``main_ppo`` composes it (hydra, verl's config module, bv_blend's
+search-path plugin); the keys checked are those our files in its defaults list set plus every key whose composed
+value differs from verl's own ``ppo_trainer``. The schema is that ``ppo_trainer``, composed from the installed
+package; the reads are found in verl's installed source. Nothing here is mocked.
 """
 
 from __future__ import annotations
@@ -10,34 +12,41 @@ from pathlib import Path
 
 import pytest
 
-from tests._verl_schema import check_file, check_key, keys_set_by, read_sites, verl_schema
+from bv_blend.paper.configs import paper_config_names
+from bv_blend.verl.cpu.launch import cpu_overrides
+from tests._verl_schema import check_file, check_job, check_key, job_keys, keys_set_by, read_sites, verl_schema
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG_FILES = [REPO / "configs" / "bv_blend.yaml", *sorted((REPO / "configs" / "paper").glob("*.yaml"))]
-# The one finding on today's configs (issue 14): verl 0.9.1 declares actor.grad_clip on FSDPActorConfig and
-# never reads it; gradient clipping is actor.optim.clip_grad. The lead moves the key in the config change.
-KNOWN = {("qwen25_math_7b.yaml", "actor_rollout_ref.actor.grad_clip")}
+# Every primary config verl finds by name: the base and whatever sits in configs/paper/ (new files included).
+CONFIG_NAMES = ["bv_blend", *(f"paper/{name}" for name in paper_config_names())]
 
 
-def _name(path: Path) -> str:
-    return str(path.relative_to(REPO))
-
-
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=_name)
-def test_every_key_a_config_sets_is_declared_and_read_by_verl(path):
-    assert keys_set_by(path), f"{path} sets no keys: the check would pass vacuously"
-    findings = [f for f in check_file(path) if (path.name, f.key) not in KNOWN]
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_every_key_a_config_sets_is_declared_and_read_by_verl(name):
+    keys = job_keys(name)
+    assert "algorithm.adv_estimator" in keys, f"{name}: the check would pass vacuously ({keys})"
+    findings = check_job(name)
     assert findings == [], "\n".join(map(str, findings))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="configs/paper/qwen25_math_7b.yaml sets actor_rollout_ref.actor.grad_clip, which verl 0.9.1 never "
-    "reads (the clip norm is actor_rollout_ref.actor.optim.clip_grad); the lead fixes the config (issue 14)",
-)
-def test_known_finding_grad_clip_is_fixed():
-    main = REPO / "configs" / "paper" / "qwen25_math_7b.yaml"
-    assert not [f for f in check_file(main) if f.key == "actor_rollout_ref.actor.grad_clip"]
+def test_the_cpu_config_passes_as_its_launcher_applies_it():
+    """configs/cpu_tiny.yaml is not a primary config: bv_blend.verl.cpu.launch applies it as ++ overrides."""
+    assert check_file(REPO / "configs" / "cpu_tiny.yaml") == []
+    assert check_job("bv_blend", cpu_overrides()) == []
+
+
+def test_keys_come_from_the_whole_defaults_chain_even_at_verls_own_value():
+    keys = job_keys("paper/grpo")
+    # set in the parent qwen25_math_7b.yaml, to 1.0, which is also verl's default: only the file chain shows it
+    assert verl_schema().actor_rollout_ref.actor.optim.clip_grad == 1.0
+    assert "actor_rollout_ref.actor.optim.clip_grad" in keys
+    assert "algorithm.adv_estimator" in keys and "algorithm.bv_blend.gamma" in keys
+    assert "actor_rollout_ref.actor.grad_clip" not in keys  # moved to optim.clip_grad (issue 14)
+
+
+def test_an_override_that_sets_a_dead_key_is_caught():
+    findings = check_job("paper/qwen25_math_7b", ["actor_rollout_ref.actor.grad_clip=0.5"])
+    assert [(f.key, f.kind) for f in findings] == [("actor_rollout_ref.actor.grad_clip", "unread")]
 
 
 def test_grad_clip_is_declared_but_unread_and_clip_grad_is_read():
@@ -59,6 +68,9 @@ def test_grad_clip_is_declared_but_unread_and_clip_grad_is_read():
         ("trainer.total_training_step", "unknown", "no 'total_training_step' under trainer"),
         ("nonsense.key", "unknown", "no 'nonsense' under <root>"),
         ("algorithm.bv_blend.gama", "unknown", "not a bv_blend option"),
+        # a ++ key that is not a field of the section's dataclass either
+        ("actor_rollout_ref.rollout.enable_sleep_modee", "unknown", "no 'enable_sleep_modee'"),
+        ("actor_rollout_ref.actor.fsdp_config.mixed_precisionn.param_dtype", "unknown", "no 'mixed_precisionn'"),
     ],
 )
 def test_misspelled_keys_are_caught(key, kind, says):
@@ -77,6 +89,11 @@ def test_misspelled_keys_are_caught(key, kind, says):
         # free-form mappings verl passes on as they are
         "actor_rollout_ref.model.override_config.max_position_embeddings",
         "actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides.max_position_embeddings",
+        # not in verl's yaml, but fields of the section's dataclass (read), and a dict field's contents
+        "actor_rollout_ref.rollout.enable_sleep_mode",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
+        # handed whole to ray.init
+        "ray_kwargs.ray_init.num_gpus",
     ],
 )
 def test_real_keys_pass(key):
