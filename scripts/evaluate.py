@@ -41,6 +41,7 @@ from bv_blend.paper.eval import (
 )
 from bv_blend.paper.eval.benchmarks import parse_benchmark_args
 from bv_blend.paper.eval.suite import to_verl_rows
+from bv_blend.verl.context_budget import read_model_context
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,8 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run.add_argument("--out", type=Path, default=Path("results"))
     run.add_argument("--seed", type=int, default=0, help="sampling and option-permutation seed")
     run.add_argument("--temperature", type=float, default=0.6)
-    run.add_argument("--top-p", type=float, default=0.95)
-    run.add_argument("--max-tokens", type=int, default=3072, help="response budget (the training one)")
+    run.add_argument("--top-p", type=float, default=1.0, help="1.0 as in the paper's lineage (LUFFY)")
+    run.add_argument("--max-tokens", type=int, default=8192,
+                     help="response budget: the training one (8192; 3072 for a 4k model such as the _4k config's)")
     run.add_argument("--max-model-len", type=int, default=None)
     run.add_argument("--tensor-parallel-size", type=int, default=1)
     run.add_argument("--limit", type=int, default=None, help="first N problems per benchmark (smoke tests)")
@@ -79,21 +81,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_context(model: Path, max_tokens: int, max_model_len: int | None) -> None:
     """Refuse a response budget the model's context cannot hold (vLLM would cut every response short)."""
-    config = model / "config.json"
-    if not config.is_file():
+    if not (model / "config.json").is_file():
         raise FileNotFoundError(f"--model {model} has no config.json; pass a local Hugging Face model folder.")
-    context = json.loads(config.read_text()).get("max_position_embeddings")
-    if context is None:
-        return
-    if max_model_len is not None and max_model_len > context:
-        raise ValueError(f"--max-model-len {max_model_len} exceeds the model's context of {context} tokens "
-                         f"(max_position_embeddings in {config}).")
-    window = max_model_len or context
+    context = read_model_context(model)  # max_position_embeddings, read as verl reads it
+    if max_model_len is not None and max_model_len > context.tokens:
+        raise ValueError(f"--max-model-len {max_model_len} exceeds the model's context of {context.tokens} tokens "
+                         f"({context.source}).")
+    window = max_model_len or context.tokens
     if max_tokens >= window:
         raise ValueError(
             f"--max-tokens {max_tokens} leaves no room for the prompt in the {window}-token context of {model} "
-            f"(max_position_embeddings in {config}); lower --max-tokens, or evaluate a copy of the model with a "
-            "longer window."
+            f"({context.source}); lower --max-tokens (3072 for a 4k model), or evaluate a copy of the model with a "
+            "longer window (scripts/widen_context.py)."
         )
 
 
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.model).is_dir():
             raise FileNotFoundError(f"--model {args.model} is not a folder; pass a local Hugging Face model.")
         check_context(Path(args.model), args.max_tokens, args.max_model_len)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # ContextBudgetError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

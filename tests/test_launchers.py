@@ -35,7 +35,8 @@ def inputs(tmp_path):
     """Files the launcher needs to find (contents do not matter before training starts)."""
     model = tmp_path / "models" / "Qwen2.5-Math-7B"
     model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
+    # the 16k-window copy the main config needs (scripts/widen_context.py); the check reads only this file
+    (model / "config.json").write_text('{"max_position_embeddings": 16384}')
     paths = {"train": tmp_path / "train.parquet", "val": tmp_path / "val.parquet", "codebook": tmp_path / "cb.npz"}
     for path in paths.values():
         path.write_bytes(b"")

@@ -7,6 +7,7 @@ dataclasses, the cosine LR schedule); nothing here needs a GPU.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -70,20 +71,46 @@ def test_main_config_holds_the_papers_values(composed):
     assert cfg.reward.custom_reward_function.path == "pkg://bv_blend.paper.rewards"
     assert cfg.reward.custom_reward_function.name == "compute_score"
     assert "tensorboard" in cfg.trainer.logger and "file" in cfg.trainer.logger
-    assert rollout.val_kwargs.temperature == 0.6
+    assert rollout.val_kwargs.temperature == 0.6 and rollout.val_kwargs.top_p == 1.0
 
 
-def test_lengths_and_token_budgets_fit_the_model(composed):
-    cfg = composed[MAIN_CONFIG]
+# The context of the model each config is meant for: Qwen2.5-Math's 16k-window copy (scripts/widen_context.py) for
+# the main run and everything that inherits it, the stock 4096 for the _4k variant, the instruct models' own.
+MODEL_CONTEXT = {"qwen25_math_7b_4k": 4096, "qwen25_7b_instruct": 32768, "llama31_8b_instruct": 131072}
+WIDENED_CONTEXT = 16384
+
+
+@pytest.mark.parametrize("name", PAPER_CONFIGS)
+def test_lengths_and_token_budgets_fit_the_model(composed, name, tmp_path):
+    from bv_blend.verl.context_budget import check_context_budget
+
+    cfg = composed[name]
+    context = MODEL_CONTEXT.get(name, WIDENED_CONTEXT)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": context}))
+    assert check_context_budget(cfg, model).tokens == context  # the launch check passes on the intended model
     longest = cfg.data.max_prompt_length + cfg.data.max_response_length
-    assert longest <= 4096, "Qwen2.5-Math-7B's context is 4096 tokens"
     actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
-    # With dynamic batching one full-length sequence must fit a micro-batch's token budget.
+    assert rollout.max_model_len == longest  # vLLM's window is the budget, no more
+    # With dynamic batching one full-length sequence must fit a micro-batch's token budget ...
     assert actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu >= longest
     assert rollout.log_prob_max_token_len_per_gpu >= longest
+    # ... and without it the fallback micro-batches must stay within the same token envelopes.
+    assert actor.ppo_micro_batch_size_per_gpu * longest <= actor.ppo_max_token_len_per_gpu
+    assert rollout.log_prob_micro_batch_size_per_gpu * longest <= rollout.log_prob_max_token_len_per_gpu
     # Each GPU must get whole trajectories of a mini-batch: 64 trajectories over 8 GPUs.
     assert (actor.ppo_mini_batch_size * rollout.n) % cfg.trainer.n_gpus_per_node == 0
     assert cfg.trainer.n_gpus_per_node % rollout.tensor_model_parallel_size == 0
+
+
+def test_main_run_has_the_papers_generation_budget_and_the_4k_variant_the_stock_models(composed):
+    main, short = composed[MAIN_CONFIG], composed["qwen25_math_7b_4k"]
+    assert (main.data.max_prompt_length, main.data.max_response_length) == (1024, 8192)
+    assert main.actor_rollout_ref.rollout.max_model_len == 9216
+    assert (short.data.max_prompt_length, short.data.max_response_length) == (1024, 3072)
+    assert short.actor_rollout_ref.rollout.max_model_len == 4096
+    assert main.actor_rollout_ref.actor.optim.clip_grad == short.actor_rollout_ref.actor.optim.clip_grad == 1.0
 
 
 def test_reward_function_loads_through_verls_loader(composed):

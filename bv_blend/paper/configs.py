@@ -30,6 +30,12 @@ COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
     ),
     "neff": ("BV-Blend, N_eff-only weight", frozenset({"algorithm.bv_blend.weight_mode"})),
     "sigma": ("BV-Blend, sigma-only weight", frozenset({"algorithm.bv_blend.weight_mode"})),
+    "qwen25_math_7b_4k": (
+        "the stock 4k-context model, 3,072-token responses",
+        frozenset({"data.max_response_length", "actor_rollout_ref.rollout.max_model_len",
+                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"}),
+    ),
     "qwen25_math_1p5b": ("Qwen2.5-Math-1.5B backbone", frozenset({"actor_rollout_ref.model.path"})),
     "qwen25_7b_instruct": ("Qwen2.5-7B-Instruct backbone", frozenset({"actor_rollout_ref.model.path"})),
     "llama31_8b_instruct": ("Llama-3.1-8B-Instruct backbone", frozenset({"actor_rollout_ref.model.path"})),

@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from bv_blend.paper.configs import GROUP, compose_paper_config, hydra_config_name
+from bv_blend.verl.context_budget import check_context_budget
 from bv_blend.verl.overrides import override_value
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
@@ -70,7 +71,8 @@ def build_train_launch(
     Raises:
         FileNotFoundError: a data file, the model folder or the codebook does not exist.
         ValueError: bad counts, a BV-Blend run without a codebook, a multi-node run without a Ray cluster
-            address, or a config that does not compose (unknown name or bad override).
+            address, a config that does not compose (unknown name or bad override), or lengths the model's
+            context cannot hold (:class:`~bv_blend.verl.context_budget.ContextBudgetError`, naming both numbers).
     """
     if gpus_per_node < 1 or nnodes < 1:
         raise ValueError(f"--gpus-per-node ({gpus_per_node}) and --nnodes ({nnodes}) must be >= 1.")
@@ -110,6 +112,8 @@ def build_train_launch(
             f"Config {config!r} trains BV-Blend, which needs the prompt clusters' codebook: pass --codebook "
             "(written by scripts/build_codebook.py)."
         )
+    # verl would cap every response at the model's context without a word: refuse that here, before Ray starts.
+    check_context_budget(composed, model_dir)
 
     argv = [python, "-m", TRAINER_MODULE, "--config-name", hydra_config_name(config), *all_overrides]
     env = dict(logs)

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bv_blend.paper.configs import paper_config_names
+from bv_blend.paper.configs import compose_paper_config, paper_config_names
+from bv_blend.verl.context_budget import check_context_budget
+from bv_blend.verl.overrides import override_value
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"  # a source checkout's scripts/
 DEFAULT_NUM_CLUSTERS = 64  # [choice] the paper does not state K: 45k prompts / 64 = ~700 per cluster
@@ -51,7 +53,8 @@ def paper_steps(
 
     Raises:
         FileNotFoundError: an OpenR1 shard, the model folder or a validation file is missing.
-        ValueError: no OpenR1 shard, K < 2, or an unknown config.
+        ValueError: no OpenR1 shard, K < 2, an unknown config, or lengths the model's context cannot hold (the
+            16k main config with the stock 4k model, say: hours of data preparation would end in that error).
     """
     if not openr1:
         raise ValueError("--openr1 needs the OpenR1-Math-220k parquet shards (data/train-*.parquet).")
@@ -64,6 +67,8 @@ def paper_steps(
     if config not in paper_config_names():
         names = ", ".join(paper_config_names())
         raise ValueError(f"--config {config!r} is not in configs/paper/; choose one of {names}.")
+    model_override = f"actor_rollout_ref.model.path={override_value(str(Path(model).expanduser().resolve()))}"
+    check_context_budget(compose_paper_config(config, [model_override, *overrides]), model)
     work = Path(work_dir).expanduser().resolve()
     train = work / "data" / "train.parquet"
     codebook_dir = work / f"codebook_k{num_clusters}"

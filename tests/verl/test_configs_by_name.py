@@ -93,6 +93,16 @@ def test_the_papers_main_run_is_one_name(job_configs):
 
 
 @pytest.mark.slow
+def test_the_16k_main_run_and_the_4k_variant_compose_with_their_lengths(job_configs):
+    main, short = job_configs[f"paper/{MAIN_CONFIG}"], job_configs["paper/qwen25_math_7b_4k"]
+    assert (main.data.max_prompt_length, main.data.max_response_length) == (1024, 8192)
+    assert main.actor_rollout_ref.rollout.max_model_len == 9216
+    assert main.actor_rollout_ref.actor.optim.clip_grad == 1.0
+    assert (short.data.max_response_length, short.actor_rollout_ref.rollout.max_model_len) == (3072, 4096)
+    assert short.actor_rollout_ref.model.path == main.actor_rollout_ref.model.path  # same weights, stock window
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(COMPARISONS))
 def test_each_comparison_is_one_name_and_changes_only_what_it_names(job_configs, name):
     _, allowed = COMPARISONS[name]

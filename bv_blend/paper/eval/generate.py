@@ -11,15 +11,16 @@ def vllm_generator(
     model: str,
     *,
     temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_tokens: int = 3072,
+    top_p: float = 1.0,
+    max_tokens: int = 8192,
     seed: int = 0,
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
 ) -> GenerateFn:
     """A :data:`GenerateFn` over one ``vllm.LLM``: each conversation gets the model's chat template (as in
-    training, where verl applies it) and ``n`` samples at the paper's temperature 0.6."""
+    training, where verl applies it) and ``n`` samples at the paper's temperature 0.6, with the lineage's top-p
+    1.0 and 8,192-token budget (LUFFY's ``eval_scripts/generate_vllm.py``)."""
     from vllm import LLM, SamplingParams
 
     llm = LLM(
