@@ -308,18 +308,9 @@ def job_keys(config_name: str, overrides: Iterable[str] = ()) -> list[str]:
 
 
 def _flat(config: DictConfig) -> dict[str, Any]:
-    body = OmegaConf.to_container(config, resolve=False, throw_on_missing=False)
-    flat: dict[str, Any] = {}
+    from bv_blend.verl.overrides import dotted_leaves
 
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, Mapping) and node:
-            for name, value in node.items():
-                walk(value, f"{prefix}{name}.")
-        else:
-            flat[prefix[:-1]] = node
-
-    walk(body, "")
-    return flat
+    return dotted_leaves(OmegaConf.to_container(config, resolve=False, throw_on_missing=False))
 
 
 def check_job(config_name: str, overrides: Iterable[str] = ()) -> list[Finding]:
