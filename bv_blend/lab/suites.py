@@ -1,0 +1,188 @@
+"""The lab's suites: which experiments ``scripts/lab.py --suite quick|full`` runs.
+
+The base setting is fixed from first principles, before any estimator was compared (docs/lab.md, "Environment"):
+16 topic clusters of 64 prompts, difficulty in logits N(1.5, 2.5^2) with half its variance between clusters,
+16 prompts x 8 rollouts a step, Adam with verl's gradient clip 1.0. The learning rates put the oracle (the true
+advantage R - p) halfway from its initial success to 1 after about 250 steps, under each optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from bv_blend.lab.env import EnvConfig
+from bv_blend.lab.estimators import ESTIMATORS, EstimatorSpec
+from bv_blend.lab.experiments import Arm, Experiment
+from bv_blend.lab.optim import OptimizerConfig
+from bv_blend.lab.run import RunSpec
+
+BASE_ENV = EnvConfig()
+ADAM = OptimizerConfig("adam", lr=0.005, clip_grad_norm=1.0)
+SGD = OptimizerConfig("sgd", lr=0.25, clip_grad_norm=None)
+ROLLOUT_BUDGET = BASE_ENV.rollouts_per_step  # rollouts per step, kept fixed across group sizes
+REFERENCE = "grpo"
+
+MAIN = (
+    "grpo",
+    "drgrpo",
+    "rloo",
+    "reinforce_pp",
+    "bv_sem",
+    "bv_fixed",
+    "bv_neff",
+    "bv_sigma",
+    "bv_sem_literal",
+    "bv_fixed_literal",
+    "bv_neff_literal",
+    "bv_sigma_literal",
+    "bv_sem_floor_only",
+    "bv_sem_clip_only",
+    "bv_sem_clip5",
+    "ha_dw",
+    "maxnorm_ac",
+    "oracle",
+)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    steps: int
+    seeds: int
+    pilot_steps: int
+    experiments: tuple[Experiment, ...]
+
+
+def arms(
+    estimators: Sequence[EstimatorSpec],
+    steps: int,
+    env: EnvConfig = BASE_ENV,
+    optimizer: OptimizerConfig = ADAM,
+    codebook: str = "true",
+    tag: str = "",
+) -> tuple[Arm, ...]:
+    """One arm per estimator at one setting; the first estimator is the reference of the others."""
+    suffix = f" [{tag}]" if tag else ""
+    reference = estimators[0].label + suffix
+    return tuple(
+        Arm(
+            label=spec.label + suffix,
+            spec=RunSpec(spec, env=env, optimizer=optimizer, codebook=codebook, steps=steps),
+            reference=None if index == 0 else reference,
+            sweep=tag,
+        )
+        for index, spec in enumerate(estimators)
+    )
+
+
+def _table(*keys: str) -> list[EstimatorSpec]:
+    return [ESTIMATORS[key] for key in keys]
+
+
+def group_size_env(group_size: int) -> EnvConfig:
+    return replace(BASE_ENV, group_size=group_size, prompts_per_step=ROLLOUT_BUDGET // group_size)
+
+
+def main_experiments(steps: int, keys: Sequence[str] = MAIN) -> list[Experiment]:
+    estimators = _table(*keys)
+    return [
+        Experiment("main", "All estimators, base setting (Adam, clip 1.0)", arms(estimators, steps)),
+        Experiment(
+            "matched",
+            "Step-size matched (Adam): lr scaled to GRPO's mean update norm",
+            arms([e for e in estimators if e.adv_estimator != "oracle"], steps),
+            matched=True,
+        ),
+    ]
+
+
+def group_size_experiment(steps: int, keys: Sequence[str], sizes: Sequence[int], matched: bool) -> Experiment:
+    arm_list: tuple[Arm, ...] = ()
+    for size in sizes:
+        arm_list += arms(_table(*keys), steps, env=group_size_env(size), tag=f"G={size}")
+    title = f"Group size at a fixed budget of {ROLLOUT_BUDGET} rollouts a step"
+    return Experiment("group_size", title + (" (and step-size matched)" if matched else ""), arm_list, matched)
+
+
+def codebook_experiment(steps: int, schemes: Sequence[str], sizes: Sequence[int]) -> Experiment:
+    bv_sem = ESTIMATORS["bv_sem"]
+    arm_list: tuple[Arm, ...] = ()
+    for size in sizes:
+        tag = f"G={size}"
+        arm_list += arms(_table(REFERENCE), steps, env=group_size_env(size), tag=tag)
+        for scheme in schemes:
+            spec = replace(bv_sem, label=f"BV-Blend sem, codebook {scheme}")
+            arm_list += (
+                Arm(
+                    f"{spec.label} [{tag}]",
+                    RunSpec(spec, env=group_size_env(size), optimizer=ADAM, codebook=scheme, steps=steps),
+                    reference=f"{ESTIMATORS[REFERENCE].label} [{tag}]",
+                    sweep=tag,
+                ),
+            )
+    return Experiment("codebook", "Clusters: the codebook K and how well it matches the true difficulty", arm_list)
+
+
+def option_experiment(key: str, title: str, option: str, values: Sequence[float], steps: int, size: int) -> Experiment:
+    bv_sem = ESTIMATORS["bv_sem"]
+    variants = [bv_sem.with_bv_blend(f"BV-Blend sem, {option}={value}", **{option: value}) for value in values]
+    tag = f"G={size}"
+    return Experiment(key, title, arms([ESTIMATORS[REFERENCE], *variants], steps, env=group_size_env(size), tag=tag))
+
+
+def scenario_experiment(steps: int, keys: Sequence[str]) -> Experiment:
+    scenarios = {
+        "easy, mu=0": replace(BASE_ENV, difficulty_mean=0.0),
+        "hard, mu=3": replace(BASE_ENV, difficulty_mean=3.0),
+        "clusters explain nothing, rho=0": replace(BASE_ENV, cluster_share=0.0),
+        "clusters explain most, rho=0.9": replace(BASE_ENV, cluster_share=0.9),
+        "drifting difficulty, 0.05/step": replace(BASE_ENV, drift_std=0.05),
+        "no reward-free score, nu=0": replace(BASE_ENV, style_scale=0.0),
+    }
+    arm_list: tuple[Arm, ...] = ()
+    for tag, env in scenarios.items():
+        arm_list += arms(_table(*keys), steps, env=env, tag=tag)
+    return Experiment("scenarios", "Environment settings: hardness, cluster share, drift, score noise", arm_list)
+
+
+def sgd_experiment(steps: int, keys: Sequence[str]) -> Experiment:
+    return Experiment(
+        "sgd", "Plain SGD (no clip), raw and step-size matched", arms(_table(*keys), steps, optimizer=SGD), matched=True
+    )
+
+
+def quick() -> Suite:
+    steps = 100
+    experiments = [
+        Experiment("main", "All estimators, base setting (Adam, clip 1.0)", arms(_table(*MAIN), steps)),
+        Experiment(
+            "matched",
+            "Step-size matched (Adam): lr scaled to GRPO's mean update norm",
+            arms(_table("grpo", "bv_sem", "bv_fixed"), steps),
+            matched=True,
+        ),
+        group_size_experiment(steps, ("grpo", "bv_sem"), (1, 2, 4, 8, 16), matched=False),
+        codebook_experiment(steps, ("true", "global", "random"), sizes=(2,)),
+    ]
+    return Suite("quick", steps, seeds=10, pilot_steps=30, experiments=tuple(experiments))
+
+
+def full() -> Suite:
+    steps = 500
+    experiments = [
+        *main_experiments(steps),
+        group_size_experiment(
+            steps, ("grpo", "rloo", "bv_sem", "bv_sem_literal", "oracle"), (1, 2, 4, 8, 16), matched=True
+        ),
+        codebook_experiment(steps, ("true", "global", "coarse", "fine", "random", "noisy"), sizes=(8, 2)),
+        option_experiment("temperature", "BV-Blend temperature T", "temperature", (0.03, 0.1, 0.3, 1.0), steps, 8),
+        option_experiment("temperature_g2", "BV-Blend temperature T", "temperature", (0.03, 0.1, 0.3, 1.0), steps, 2),
+        option_experiment("gamma", "BV-Blend EMA decay gamma", "gamma", (0.5, 0.9, 0.99), steps, 8),
+        scenario_experiment(steps, ("grpo", "bv_sem", "bv_sem_literal", "oracle")),
+        sgd_experiment(steps, ("grpo", "drgrpo", "rloo", "reinforce_pp", "bv_sem", "bv_fixed", "oracle")),
+    ]
+    return Suite("full", steps, seeds=12, pilot_steps=50, experiments=tuple(experiments))
+
+
+SUITES = {"quick": quick, "full": full}
