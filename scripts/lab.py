@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import platform
 import re
 import shlex
@@ -17,6 +18,8 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+
+RESULTS = "results.pkl"  # the suite, its results and run info, to rerender the report without rerunning
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,6 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--seeds", type=int, default=None, help="override the suite's number of seeds (>= 2)")
     parser.add_argument("--steps", type=int, default=None, help="override the suite's steps per run")
+    parser.add_argument(
+        "--rerender", action="store_true", help="rewrite DIR/lab.md and plots from DIR/results.pkl (no runs)"
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
@@ -40,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         probe.unlink()
     except OSError as error:
         parser.error(f"--out {args.out} is not a writable directory: {error}")
+    if args.rerender and not (args.out / RESULTS).is_file():
+        parser.error(f"--rerender needs {args.out / RESULTS} from an earlier run of this script")
     return args
 
 
@@ -69,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     from bv_blend.lab.report import RunInfo, write_report
     from bv_blend.lab.suites import SUITES
 
+    if args.rerender:
+        with open(args.out / RESULTS, "rb") as handle:
+            saved = pickle.load(handle)
+        path = write_report(saved["suite"], saved["results"], saved["info"], args.out)
+        print(f"[lab] rewrote {path} from {args.out / RESULTS}")
+        return 0
     suite = SUITES[args.suite]()
     if args.steps is not None:
         experiments = tuple(
@@ -90,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         versions=f"verl {verl.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
         f"Python {platform.python_version()}",
     )
+    with open(args.out / RESULTS, "wb") as handle:
+        pickle.dump({"suite": suite, "results": results, "info": info}, handle)
     path = write_report(suite, results, info, args.out)
     print(f"[lab] wrote {path} and its plots in {wall / 60:.1f} min")
     return 0

@@ -204,10 +204,12 @@ class Policy:
         success_weight = (advantages * (batch.rewards - batch.success_prob[:, None])).sum(axis=1) / rows
         grad = success_weight @ self.features[batch.prompts]
         style_features = self.style_features[batch.prompts]  # (P, M, D)
-        chosen = np.take_along_axis(style_features, batch.styles[:, :, None], axis=1)  # (P, G, D)
-        mean_style = np.einsum("pm,pmd->pd", batch.style_probs, style_features)
-        grad += np.einsum("pg,pgd->d", advantages, chosen) / rows
-        grad -= advantages.sum(axis=1) @ mean_style / rows
+        # sum_i A_i (psi_{j, m_i} - sum_m pi_jm psi_jm) = sum_{j, m} (A-weight of style m - A-sum * pi_jm) psi_jm
+        num_prompts, num_styles = batch.style_probs.shape
+        style_weight = np.zeros((num_prompts, num_styles))
+        np.add.at(style_weight, (np.arange(num_prompts)[:, None], batch.styles), advantages)
+        style_weight -= advantages.sum(axis=1, keepdims=True) * batch.style_probs
+        grad += style_weight.ravel() @ style_features.reshape(num_prompts * num_styles, -1) / rows
         return grad
 
 

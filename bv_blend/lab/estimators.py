@@ -29,8 +29,8 @@ ORACLE = "oracle"
 class EstimatorSpec:
     """One estimator: a name in verl's registry and the options merged into verl's ``config.algorithm``."""
 
-    label: str
-    adv_estimator: str
+    label: str = field(compare=False)  # two specs that differ only in their label run once
+    adv_estimator: str = ""
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     keeps_history: bool = False  # state carried between calls (must be reset between runs)
 

@@ -30,6 +30,7 @@ class Arm:
     spec: RunSpec  # its seed is replaced by each seed of the experiment
     reference: str | None = None  # the label of the arm it is paired with; None for a reference arm
     sweep: str = ""  # the swept setting (for plots), e.g. "G=4"
+    match: bool = True  # in a matched experiment, also run it step-size matched (a reference arm always is)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,11 @@ def run_experiments(
     def runnable(result: ExperimentResult) -> list[Arm]:
         return [arm for arm in result.experiment.arms if arm.label not in result.skipped]
 
+    def to_match(result: ExperimentResult) -> list[Arm]:
+        if not result.experiment.matched:
+            return []
+        return [arm for arm in runnable(result) if arm.match or arm.reference is None]
+
     def seeded(spec: RunSpec, **changes: object) -> list[RunSpec]:
         return [replace(spec, seed=seed, **changes) for seed in range(seeds)]
 
@@ -85,8 +91,8 @@ def run_experiments(
     for result in results:
         for arm in runnable(result):
             wanted += seeded(arm.spec)
-            if result.experiment.matched:
-                wanted += seeded(arm.spec, steps=min(pilot_steps, arm.spec.steps))
+        for arm in to_match(result):
+            wanted += seeded(arm.spec, steps=min(pilot_steps, arm.spec.steps))
     done = _run_many(wanted, jobs, "runs")
     for result in results:
         for arm in runnable(result):
@@ -95,9 +101,7 @@ def run_experiments(
     # Phase 2: matched reruns, lr scaled by the pilots' mean update norms.
     scales: dict[tuple[int, str], float] = {}
     for index, result in enumerate(results):
-        if not result.experiment.matched:
-            continue
-        arms = {arm.label: arm for arm in runnable(result)}
+        arms = {arm.label: arm for arm in to_match(result)}
         for arm in arms.values():
             reference = arms.get(arm.reference or arm.label)
             if reference is None:

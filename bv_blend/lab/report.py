@@ -282,9 +282,15 @@ def _group_size_plot(result: ExperimentResult, summaries: dict[str, Summary], pa
     return _save(fig, path)
 
 
+# The estimators the bias plot shows (the table has them all; the weight-mode ablations would crowd the plot).
+BIAS_PLOT = ("grpo", "drgrpo", "rloo", "reinforce_pp", "bv_sem", "bv_sem_literal", "ha_dw", "maxnorm_ac", "oracle")
+
+
 def _bias_plot(summaries: dict[str, Summary], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
+    shown = {ESTIMATORS[key].label for key in BIAS_PLOT}
+    summaries = {label: s for label, s in summaries.items() if label in shown}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=DPI, sharey=False)
     x = np.arange(len(BUCKET_LABELS))
     for outcome, ax, name in ((1, axes[0], "R = 1"), (0, axes[1], "R = 0")):

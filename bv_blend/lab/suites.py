@@ -61,8 +61,12 @@ def arms(
     optimizer: OptimizerConfig = ADAM,
     codebook: str = "true",
     tag: str = "",
+    match: Sequence[str] | None = None,
 ) -> tuple[Arm, ...]:
-    """One arm per estimator at one setting; the first estimator is the reference of the others."""
+    """One arm per estimator at one setting; the first estimator is the reference of the others.
+
+    ``match``: the labels of the estimators to run step-size matched as well (all when None).
+    """
     suffix = f" [{tag}]" if tag else ""
     reference = estimators[0].label + suffix
     return tuple(
@@ -71,6 +75,7 @@ def arms(
             spec=RunSpec(spec, env=env, optimizer=optimizer, codebook=codebook, steps=steps),
             reference=None if index == 0 else reference,
             sweep=tag,
+            match=match is None or spec.label in match,
         )
         for index, spec in enumerate(estimators)
     )
@@ -80,29 +85,27 @@ def _table(*keys: str) -> list[EstimatorSpec]:
     return [ESTIMATORS[key] for key in keys]
 
 
+def _labels(*keys: str) -> tuple[str, ...]:
+    return tuple(ESTIMATORS[key].label for key in keys)
+
+
 def group_size_env(group_size: int) -> EnvConfig:
     return replace(BASE_ENV, group_size=group_size, prompts_per_step=ROLLOUT_BUDGET // group_size)
 
 
-def main_experiments(steps: int, keys: Sequence[str] = MAIN) -> list[Experiment]:
-    estimators = _table(*keys)
-    return [
-        Experiment("main", "All estimators, base setting (Adam, clip 1.0)", arms(estimators, steps)),
-        Experiment(
-            "matched",
-            "Step-size matched (Adam): lr scaled to GRPO's mean update norm",
-            arms([e for e in estimators if e.adv_estimator != "oracle"], steps),
-            matched=True,
-        ),
-    ]
+def main_experiment(steps: int, match: Sequence[str] | None = None) -> Experiment:
+    """Every estimator of the table at the base setting, raw and step-size matched (the oracle is not matched)."""
+    match = _labels(*(key for key in MAIN if key != "oracle")) if match is None else match
+    title = "All estimators, base setting (Adam, clip 1.0)"
+    return Experiment("main", title, arms(_table(*MAIN), steps, match=match), matched=True)
 
 
-def group_size_experiment(steps: int, keys: Sequence[str], sizes: Sequence[int], matched: bool) -> Experiment:
+def group_size_experiment(steps: int, keys: Sequence[str], sizes: Sequence[int], match: Sequence[str]) -> Experiment:
     arm_list: tuple[Arm, ...] = ()
     for size in sizes:
-        arm_list += arms(_table(*keys), steps, env=group_size_env(size), tag=f"G={size}")
+        arm_list += arms(_table(*keys), steps, env=group_size_env(size), tag=f"G={size}", match=_labels(*match))
     title = f"Group size at a fixed budget of {ROLLOUT_BUDGET} rollouts a step"
-    return Experiment("group_size", title + (" (and step-size matched)" if matched else ""), arm_list, matched)
+    return Experiment("group_size", title, arm_list, matched=bool(match))
 
 
 def codebook_experiment(steps: int, schemes: Sequence[str], sizes: Sequence[int]) -> Experiment:
@@ -124,21 +127,24 @@ def codebook_experiment(steps: int, schemes: Sequence[str], sizes: Sequence[int]
     return Experiment("codebook", "Clusters: the codebook K and how well it matches the true difficulty", arm_list)
 
 
-def option_experiment(key: str, title: str, option: str, values: Sequence[float], steps: int, size: int) -> Experiment:
+def option_experiment(key: str, option: str, values: Sequence[float], steps: int, sizes: Sequence[int]) -> Experiment:
+    """BV-Blend sem with one option swept (the others at their defaults), at each group size."""
     bv_sem = ESTIMATORS["bv_sem"]
     variants = [bv_sem.with_bv_blend(f"BV-Blend sem, {option}={value}", **{option: value}) for value in values]
-    tag = f"G={size}"
-    return Experiment(key, title, arms([ESTIMATORS[REFERENCE], *variants], steps, env=group_size_env(size), tag=tag))
+    arm_list: tuple[Arm, ...] = ()
+    for size in sizes:
+        arm_list += arms([ESTIMATORS[REFERENCE], *variants], steps, env=group_size_env(size), tag=f"G={size}")
+    return Experiment(key, f"BV-Blend option {option}", arm_list)
 
 
 def scenario_experiment(steps: int, keys: Sequence[str]) -> Experiment:
     scenarios = {
         "easy, mu=0": replace(BASE_ENV, difficulty_mean=0.0),
         "hard, mu=3": replace(BASE_ENV, difficulty_mean=3.0),
-        "clusters explain nothing, rho=0": replace(BASE_ENV, cluster_share=0.0),
-        "clusters explain most, rho=0.9": replace(BASE_ENV, cluster_share=0.9),
+        "rho=0: clusters explain nothing": replace(BASE_ENV, cluster_share=0.0),
+        "rho=0.9: clusters explain most": replace(BASE_ENV, cluster_share=0.9),
         "drifting difficulty, 0.05/step": replace(BASE_ENV, drift_std=0.05),
-        "no reward-free score, nu=0": replace(BASE_ENV, style_scale=0.0),
+        "nu=0: no reward-free score": replace(BASE_ENV, style_scale=0.0),
     }
     arm_list: tuple[Arm, ...] = ()
     for tag, env in scenarios.items():
@@ -147,42 +153,35 @@ def scenario_experiment(steps: int, keys: Sequence[str]) -> Experiment:
 
 
 def sgd_experiment(steps: int, keys: Sequence[str]) -> Experiment:
-    return Experiment(
-        "sgd", "Plain SGD (no clip), raw and step-size matched", arms(_table(*keys), steps, optimizer=SGD), matched=True
-    )
+    match = _labels(*(key for key in keys if key != "oracle"))
+    title = "Plain SGD (no clip), raw and step-size matched"
+    return Experiment("sgd", title, arms(_table(*keys), steps, optimizer=SGD, match=match), matched=True)
 
 
 def quick() -> Suite:
     steps = 100
     experiments = [
-        Experiment("main", "All estimators, base setting (Adam, clip 1.0)", arms(_table(*MAIN), steps)),
-        Experiment(
-            "matched",
-            "Step-size matched (Adam): lr scaled to GRPO's mean update norm",
-            arms(_table("grpo", "bv_sem", "bv_fixed"), steps),
-            matched=True,
-        ),
-        group_size_experiment(steps, ("grpo", "bv_sem"), (1, 2, 4, 8, 16), matched=False),
+        main_experiment(steps, match=_labels("grpo", "bv_sem", "bv_fixed")),
+        group_size_experiment(steps, ("grpo", "bv_sem"), (1, 2, 4, 8, 16), match=()),
         codebook_experiment(steps, ("true", "global", "random"), sizes=(2,)),
     ]
     return Suite("quick", steps, seeds=10, pilot_steps=30, experiments=tuple(experiments))
 
 
 def full() -> Suite:
-    steps = 500
+    steps = 300
     experiments = [
-        *main_experiments(steps),
+        main_experiment(steps),
         group_size_experiment(
-            steps, ("grpo", "rloo", "bv_sem", "bv_sem_literal", "oracle"), (1, 2, 4, 8, 16), matched=True
+            steps, ("grpo", "bv_sem", "bv_sem_literal", "oracle"), (1, 2, 4, 8, 16), match=("bv_sem", "bv_sem_literal")
         ),
         codebook_experiment(steps, ("true", "global", "coarse", "fine", "random", "noisy"), sizes=(8, 2)),
-        option_experiment("temperature", "BV-Blend temperature T", "temperature", (0.03, 0.1, 0.3, 1.0), steps, 8),
-        option_experiment("temperature_g2", "BV-Blend temperature T", "temperature", (0.03, 0.1, 0.3, 1.0), steps, 2),
-        option_experiment("gamma", "BV-Blend EMA decay gamma", "gamma", (0.5, 0.9, 0.99), steps, 8),
-        scenario_experiment(steps, ("grpo", "bv_sem", "bv_sem_literal", "oracle")),
+        option_experiment("temperature", "temperature", (0.03, 0.1, 0.3, 1.0), steps, sizes=(8, 2)),
+        option_experiment("gamma", "gamma", (0.5, 0.9, 0.99), steps, sizes=(2,)),
+        scenario_experiment(steps, ("grpo", "bv_sem", "oracle")),
         sgd_experiment(steps, ("grpo", "drgrpo", "rloo", "reinforce_pp", "bv_sem", "bv_fixed", "oracle")),
     ]
-    return Suite("full", steps, seeds=12, pilot_steps=50, experiments=tuple(experiments))
+    return Suite("full", steps, seeds=10, pilot_steps=40, experiments=tuple(experiments))
 
 
 SUITES = {"quick": quick, "full": full}
