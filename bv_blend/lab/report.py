@@ -114,9 +114,11 @@ def _experiment_section(result: ExperimentResult, out: Path) -> list[str]:
     lines += _arm_table(result.arms, summaries)
     if result.matched:
         lines += _matched_table(result, summaries)
+    lines += _contrast_table(_contrasts(result), summaries)
     lines += _plots(result, summaries, out)
     if experiment.key == "main":
         lines += _bias_tables(summaries)
+        lines += _time_table(result)
     return lines
 
 
@@ -163,6 +165,43 @@ def _matched_table(result: ExperimentResult, summaries: dict[str, Summary]) -> l
     return [*lines, ""]
 
 
+def _contrasts(result: ExperimentResult) -> list[tuple[str, str]]:
+    """Paired differences worth reading besides "vs reference": the stability variants against each other in the
+    main experiment, every pair of weight modes in the ablation, every codebook against the true clusters."""
+    labels = [label for label, arm in result.arms.items() if arm.arm.reference is not None]
+    key = result.experiment.key
+    if key == "main":
+        stability = {k: ESTIMATORS[k].label for k in ESTIMATORS if k.startswith("bv_sem")}
+        pairs = [
+            ("bv_sem_clip5", "bv_sem"),
+            ("bv_sem_literal", "bv_sem"),
+            ("bv_sem_floor_only", "bv_sem_literal"),
+            ("bv_sem_clip_only", "bv_sem_literal"),
+        ]
+        return [(stability[a], stability[b]) for a, b in pairs if stability[a] in labels and stability[b] in labels]
+    if key == "ablation":
+        return [(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :]]
+    if key.startswith("codebook"):
+        true = [label for label in labels if "codebook true" in label]
+        return [(label, t) for t in true for label in labels if label != t and label.endswith(t.rsplit(" [", 1)[-1])]
+    return []
+
+
+def _contrast_table(pairs: list[tuple[str, str]], summaries: dict[str, Summary]) -> list[str]:
+    if not pairs:
+        return []
+    lines = [
+        "Paired differences between arms (same seeds):",
+        "",
+        "| arm | minus | Δ AUC | Δ final |",
+        "|---|---|---|---|",
+    ]
+    for a, b in pairs:
+        auc, final = paired_ci(summaries[a].auc, summaries[b].auc), paired_ci(summaries[a].final, summaries[b].final)
+        lines.append(f"| {a} | {b} | {_ci(*auc)} | {_ci(*final)} |")
+    return [*lines, ""]
+
+
 def _bias_tables(summaries: dict[str, Summary]) -> list[str]:
     lines = [
         "### Bias against the true advantage, by difficulty",
@@ -194,6 +233,22 @@ def _bias_tables(summaries: dict[str, Summary]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _time_table(result: ExperimentResult) -> list[str]:
+    """Where a run's time goes: the estimator call (verl's function, glue included) against everything else."""
+    lines = [
+        "### Time per step (this experiment's runs)",
+        "",
+        "| arm | ms per step, estimator call | ms per step, rest of the step (environment, gradient, metrics) |",
+        "|---|---|---|",
+    ]
+    for label, arm in result.arms.items():
+        steps = sum(len(r.signal_ratio) for r in arm.runs)
+        estimator = sum(r.estimator_seconds for r in arm.runs)
+        rest = sum(r.total_seconds for r in arm.runs) - estimator
+        lines.append(f"| {label} | {1e3 * estimator / steps:.2f} | {1e3 * rest / steps:.2f} |")
+    return [*lines, ""]
 
 
 # ---------------------------------------------------------------------------------------------------- plots
