@@ -114,7 +114,8 @@ def run_experiments(
         for (index, label), scale in scales.items()
         for spec in seeded(_arm(results[index], label).spec, lr_scale=scale)
     ]
-    done.update(_run_many(matched_specs, jobs, "matched runs"))
+    # A reference's scale is 1: its matched runs are its raw runs, already done.
+    done.update(_run_many([spec for spec in matched_specs if spec not in done], jobs, "matched runs"))
     for (index, label), scale in scales.items():
         arm = _arm(results[index], label)
         runs = [done[spec] for spec in seeded(arm.spec, lr_scale=scale)]
