@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from bv_blend.paper.configs import paper_config_names
-from bv_blend.verl.cpu.launch import cpu_overrides
 from tests._verl_schema import check_file, check_job, check_key, job_keys, keys_set_by, read_sites, verl_schema
 
 REPO = Path(__file__).resolve().parents[1]
-# Every primary config verl finds by name: the base and whatever sits in configs/paper/ (new files included).
-CONFIG_NAMES = ["bv_blend", *(f"paper/{name}" for name in paper_config_names())]
+# Every primary config verl finds by name: the base, the CPU one, and whatever sits in configs/paper/ (new files
+# included).
+CONFIG_NAMES = ["bv_blend", "cpu_tiny", *(f"paper/{name}" for name in paper_config_names())]
 
 
 @pytest.mark.parametrize("name", CONFIG_NAMES)
@@ -27,12 +27,6 @@ def test_every_key_a_config_sets_is_declared_and_read_by_verl(name):
     assert "algorithm.adv_estimator" in keys, f"{name}: the check would pass vacuously ({keys})"
     findings = check_job(name)
     assert findings == [], "\n".join(map(str, findings))
-
-
-def test_the_cpu_config_passes_as_its_launcher_applies_it():
-    """configs/cpu_tiny.yaml is not a primary config: bv_blend.verl.cpu.launch applies it as ++ overrides."""
-    assert check_file(REPO / "configs" / "cpu_tiny.yaml") == []
-    assert check_job("bv_blend", cpu_overrides()) == []
 
 
 def test_keys_come_from_the_whole_defaults_chain_even_at_verls_own_value():

@@ -30,6 +30,10 @@ COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
     ),
     "neff": ("BV-Blend, N_eff-only weight", frozenset({"algorithm.bv_blend.weight_mode"})),
     "sigma": ("BV-Blend, sigma-only weight", frozenset({"algorithm.bv_blend.weight_mode"})),
+    "literal": (
+        "BV-Blend, the paper's literal formulas (no variance floor, no clip)",
+        frozenset({"algorithm.bv_blend.variance_floor", "algorithm.bv_blend.max_abs_advantage"}),
+    ),
     "qwen25_math_7b_4k": (
         "the stock 4k-context model, 3,072-token responses",
         frozenset({"data.max_response_length", "actor_rollout_ref.rollout.max_model_len",
