@@ -33,7 +33,7 @@ from bv_blend.estimators._options import (
     require,
     reward_range,
 )
-from bv_blend.estimators._rows import Rows, grpo_advantages, read_rows, to_tensor, token_rows
+from bv_blend.estimators._rows import RANGE_TOLERANCE, Rows, grpo_advantages, read_rows, to_tensor, token_rows
 from bv_blend.grouping import GroupIds
 
 MODES = ("window", "kalman")
@@ -279,7 +279,9 @@ class HADWEstimator:
         if not isinstance(state, Mapping) or state.get("format_version") != STATE_FORMAT_VERSION:
             found = state.get("format_version") if isinstance(state, Mapping) else type(state).__name__
             raise ValueError(f"Unsupported HA-DW state format {found!r}; this version reads {STATE_FORMAT_VERSION}.")
-        saved = HADWConfig.from_mapping(state.get("config"))
+        if not isinstance(state.get("config"), Mapping):
+            raise ValueError("HA-DW state has no 'config'; it was not written by HADWEstimator.state_dict().")
+        saved = HADWConfig.from_mapping(state["config"])
         if saved.mode != self.config.mode:
             raise ValueError(
                 f"The saved HA-DW state is a {saved.mode!r} history but this estimator runs mode "
@@ -301,7 +303,8 @@ class HADWEstimator:
             raise ValueError(f"HA-DW state 'history' must be a 1-D float tensor, got {got!r}.")
         values = history.detach().to("cpu", torch.float64).numpy().copy()
         lo, hi = saved.reward_range
-        if not np.isfinite(values).all() or np.count_nonzero((values < lo) | (values > hi)):
+        slack = RANGE_TOLERANCE * (hi - lo)  # the inputs' tolerance: an accuracy can sit that far outside
+        if not np.isfinite(values).all() or np.count_nonzero((values < lo - slack) | (values > hi + slack)):
             raise ValueError(
                 f"HA-DW state 'history' holds values outside its reward range [{lo:g}, {hi:g}] (or NaN): the file "
                 "is corrupt."

@@ -193,10 +193,13 @@ def test_bad_rewards_raise_and_leave_state_and_metrics_unchanged(reward, message
     assert estimator.num_updates == before_state["num_updates"] and estimator.metrics == before_metrics
 
 
-def test_float_noise_at_the_range_edge_is_not_an_error():
-    rewards, uids = groups(WORKED)
+def test_float_noise_at_the_range_edge_is_not_an_error_and_its_state_reloads():
+    rewards, uids = groups([[1, 1]])
     rewards[0] = 1.0 + 1e-9
-    HADWEstimator().compute(rewards, uids)
+    estimator = HADWEstimator()
+    estimator.compute(rewards, uids)
+    assert estimator.history[0] > 1.0
+    HADWEstimator().load_state_dict(estimator.state_dict())
 
 
 @pytest.mark.parametrize(
@@ -304,6 +307,7 @@ def corrupt(state, **changes):
         (lambda s: corrupt(s, history=torch.full((11,), 0.5)), "more than its window capacity 10"),
         (lambda s: corrupt(s, history=[0.5]), "must be a 1-D float tensor"),
         (lambda s: corrupt(s, num_updates=-1), "non-negative int"),
+        (lambda s: {k: v for k, v in s.items() if k != "config"}, "has no 'config'"),
     ],
 )
 def test_bad_state_is_refused_and_nothing_changes(change, message):
