@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from bv_blend.grouping import GroupIds, factorize_groups
+from bv_blend.inputs import nonempty_rows
 
 # Rewards this far outside the declared range (relative to its width) are float noise, not a wrong range:
 # a float32 reward of 1 summed over token rewards can land a few ulps above 1.
@@ -103,7 +104,7 @@ def token_rows(
             f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
             f"{tuple(response_mask.shape)} must both be (batch, response_length)."
         )
-    nonempty = host_array((response_mask != 0).any(dim=-1))
+    nonempty = nonempty_rows(response_mask)  # reads the first column, and whole rows only where that is 0
     if valid is not None:
         valid = host_array(valid)
         if valid.dtype != np.bool_ or valid.shape != nonempty.shape:
