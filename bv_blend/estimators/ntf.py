@@ -114,8 +114,10 @@ def ntf_metrics(
 ) -> dict[str, float]:
     """``ntf/*`` metrics of one loss call, read back in one device-to-host copy.
 
-    A ratio or mean is reported only when its denominator is non-zero (a micro-batch without negative tokens has
-    no ``ntf/kept_frac_of_neg``): a stand-in value would bias verl's mean over micro-batches.
+    Every key is always present, with 0 where its denominator is empty (a micro-batch without negative tokens has
+    ``ntf/kept_frac_of_neg`` = 0): verl's ``Metric.aggregate_dp`` needs the same keys and counts on every data-parallel
+    rank, so leaving an undefined value out would crash a multi-GPU run. verl logs the mean over micro-batches, so
+    such micro-batches pull the logged value toward 0 (docs/companions.md).
     """
     valid = response_mask.bool()
     negative = valid & (advantages < 0)
@@ -134,18 +136,13 @@ def ntf_metrics(
             torch.where(masked, log_prob, zero).sum(),
         ]
     ).tolist()
-    metrics = {}
-    if tokens:
-        metrics["ntf/neg_token_frac"] = negatives / tokens
-    if rows:
-        metrics["ntf/neg_row_ratio"] = negative_rows / rows
-    if negatives:
-        metrics["ntf/kept_frac_of_neg"] = num_kept / negatives
-    if num_kept:
-        metrics["ntf/kept_logprob_mean"] = kept_sum / num_kept
-    if num_masked:
-        metrics["ntf/masked_logprob_mean"] = masked_sum / num_masked
-    return metrics
+    return {
+        "ntf/neg_token_frac": negatives / tokens if tokens else 0.0,
+        "ntf/neg_row_ratio": negative_rows / rows if rows else 0.0,
+        "ntf/kept_frac_of_neg": num_kept / negatives if negatives else 0.0,
+        "ntf/kept_logprob_mean": kept_sum / num_kept if num_kept else 0.0,
+        "ntf/masked_logprob_mean": masked_sum / num_masked if num_masked else 0.0,
+    }
 
 
 __all__ = ["NTFConfig", "keep_counts", "keep_mask", "keep_weights", "ntf_metrics"]

@@ -163,7 +163,12 @@ def test_without_negative_tokens_nothing_is_filtered_and_the_loss_is_vanilla(act
             actor_config, old_log_prob, advantages, mask, mode
         )
     metrics = ntf_metrics(old_log_prob, advantages, mask, keep)
-    assert metrics == {"ntf/neg_token_frac": 0.0, "ntf/neg_row_ratio": 0.0}  # no means of nothing
+    # Every key is present (verl's dp aggregation needs the same keys on every rank), 0 where undefined.
+    assert metrics == dict.fromkeys(
+        ["ntf/neg_token_frac", "ntf/neg_row_ratio", "ntf/kept_frac_of_neg", "ntf/kept_logprob_mean",
+         "ntf/masked_logprob_mean"],
+        0.0,
+    )
 
 
 def test_keep_ratio_one_keeps_everything():
