@@ -90,6 +90,15 @@ class BVBlendConfig:
         return dataclasses.asdict(self)
 
 
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{option: (saved, current)}`` for every option whose value differs; an absent option reads as ``None``."""
+    return {
+        name: (saved.get(name), current.get(name))
+        for name in sorted(set(saved) | set(current))
+        if saved.get(name) != current.get(name)
+    }
+
+
 def _require(condition: bool, name: str, value: Any, why: str) -> None:
     if not condition:
         raise ValueError(f"BVBlendConfig.{name}={value!r} is invalid: it {why}.")

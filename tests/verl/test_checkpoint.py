@@ -48,7 +48,7 @@ def test_fake_workers_save_then_resume_in_new_process_is_bit_identical(tmp_path)
     config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
     run_legacy_steps(range(SAVED_STEP + 1, LAST_STEP + 1), config)  # the uninterrupted run goes on
     reference = tmp_path / "uninterrupted.pt"
-    torch.save(runtime.session_for(config.algorithm).estimator.state_dict(), reference)
+    torch.save(runtime.estimator_for(config.algorithm).estimator.state_dict(), reference)
 
     cmd = [sys.executable, "-W", "ignore", "-m", "tests.verl._resume_worker", str(tmp_path), str(SAVED_STEP)]
     proc = subprocess.run([*cmd, str(LAST_STEP), str(reference)], cwd=REPO, capture_output=True, text=True)
@@ -60,13 +60,13 @@ def test_fake_workers_save_then_resume_in_new_process_is_bit_identical(tmp_path)
 def test_fake_workers_legacy_save_writes_state_and_resume_restores(tmp_path):
     """The legacy RayPPOTrainer's real _save_checkpoint writes the state; its _load_checkpoint restores it."""
     _train_and_save(tmp_path, ray_trainer.RayPPOTrainer, "algorithm.bv_blend.num_clusters=3")
-    saved = state_tensors(runtime.session_for(_config(tmp_path, "algorithm.bv_blend.num_clusters=3").algorithm)
+    saved = state_tensors(runtime.estimator_for(_config(tmp_path, "algorithm.bv_blend.num_clusters=3").algorithm)
                           .estimator.state_dict())
     runtime.reset()
     config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
     trainer = minimal_trainer(ray_trainer.RayPPOTrainer, config)
     trainer._load_checkpoint()
-    restored = state_tensors(runtime.session_for(config.algorithm).estimator.state_dict())
+    restored = state_tensors(runtime.estimator_for(config.algorithm).estimator.state_dict())
     assert trainer.global_steps == SAVED_STEP and all(torch.equal(restored[k], saved[k]) for k in saved)
     assert [c[0] for c in trainer.actor_rollout_wg.calls] == ["load_checkpoint"]
 
@@ -98,7 +98,7 @@ def test_fake_workers_other_codebook_fails_and_reset_is_explicit(tmp_path):
     reset = "algorithm.bv_blend.allow_state_reset=true"
     opt_out = _config(tmp_path, f"algorithm.bv_blend.codebook_path={book_b}", reset)
     minimal_trainer(trainer_sync.PPOTrainerSync, opt_out)._load_checkpoint()
-    assert runtime.session_for(opt_out.algorithm).estimator.num_updates == 0
+    assert runtime.estimator_for(opt_out.algorithm).estimator.num_updates == 0
 
 
 def test_fake_workers_checkpoint_without_state_fails_loudly(tmp_path):
@@ -117,7 +117,7 @@ def test_fake_workers_resume_disable_starts_fresh(tmp_path):
     trainer = minimal_trainer(trainer_sync.PPOTrainerSync, config)
     trainer._load_checkpoint()
     assert trainer.global_steps == 0 and trainer.actor_rollout_wg.calls == []
-    assert runtime.session_for(config.algorithm).estimator.num_updates == 0
+    assert runtime.estimator_for(config.algorithm).estimator.num_updates == 0
 
 
 def test_fake_workers_other_estimator_writes_no_state(tmp_path):
@@ -125,7 +125,7 @@ def test_fake_workers_other_estimator_writes_no_state(tmp_path):
     trainer = minimal_trainer(trainer_sync.PPOTrainerSync, _config(tmp_path, "algorithm.adv_estimator=grpo"), 1)
     trainer._save_checkpoint()
     assert (tmp_path / "global_step_1" / "data.pt").is_file()
-    assert not (tmp_path / "global_step_1" / STATE_FILE).exists() and runtime._SESSION is None
+    assert not (tmp_path / "global_step_1" / STATE_FILE).exists() and runtime._CURRENT is None
 
 
 @pytest.mark.parametrize("trainer_cls", ["v1", "legacy"])
