@@ -117,8 +117,8 @@ REFUSALS = (
     ),
     Refusal(
         lambda c: (c.reward_binning or c.skip_zero_gap) and c.estimator not in (BV_BLEND, MAXNORM_AC),
-        "The Reward-Resolution Protocol is offered with maxnorm_ac (built in) and bv_blend (binning only); this "
-        "estimator has no RRP stage.",
+        "The Reward-Resolution Protocol is built into maxnorm_ac (binning before bv_blend is sound, without the "
+        "zero-gap skip); this estimator has no RRP stage. Select maxnorm_ac, or remove the RRP options.",
     ),
 )
 
