@@ -81,17 +81,22 @@ def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tupl
     filter_groups = bool(config_get(config_get(algorithm, "filter_groups"), "enable"))
     zero_gap_filter = estimator == BV_BLEND and filter_groups
     if zero_gap_filter:
-        why.append("algorithm.filter_groups.enable=true evicts every zero-variance group (the zero-gap skip)")
+        why.append(
+            "algorithm.filter_groups.enable=true evicts every zero-variance group, which is the zero-gap skip "
+            "(set it false)"
+        )
     difficulty = estimator != ha_dw.ESTIMATOR_NAME and bool(requested[ha_dw.ESTIMATOR_NAME])
     if difficulty:
-        why.append(f"algorithm.ha_dw.{{{', '.join(requested[ha_dw.ESTIMATOR_NAME])}}} asks for HA-DW's weight")
+        keys = ", ".join(requested[ha_dw.ESTIMATOR_NAME])
+        why.append(f"algorithm.ha_dw.{{{keys}}} asks for HA-DW's weight (run adv_estimator=ha_dw instead)")
     rrp = estimator != maxnorm.ESTIMATOR_NAME and bool(requested[maxnorm.OPTIONS_NAME])
     rrp_skip = rrp and bool(section_options(algorithm, maxnorm.OPTIONS_NAME).get("skip_zero_gap", True))
     if rrp:
-        why.append(f"algorithm.maxnorm.{{{', '.join(requested[maxnorm.OPTIONS_NAME])}}} asks for the RRP")
+        keys = ", ".join(requested[maxnorm.OPTIONS_NAME])
+        why.append(f"algorithm.maxnorm.{{{keys}}} asks for the RRP (run adv_estimator=maxnorm_ac instead)")
     kl_in_reward = bool(config_get(algorithm, "use_kl_in_reward"))
     if kl_in_reward and estimator == maxnorm.ESTIMATOR_NAME:
-        why.append("algorithm.use_kl_in_reward=true puts -beta KL into the rewards")
+        why.append("algorithm.use_kl_in_reward=true puts -beta KL into the rewards (set it false)")
     composition = Composition(
         estimator=estimator,
         reward_binning=rrp,
