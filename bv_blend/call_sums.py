@@ -30,8 +30,9 @@ class CallSums:
         effective_groups: groups whose blended scale s_g > DEGENERATE.
         grpo_signal_groups: groups whose own std_g > DEGENERATE (what GRPO would have had).
         history_groups: groups whose cluster has history (w may be > 0).
+        floor_active_groups: groups with history whose v_k the variance floor raised.
         weight_sum: sum of the groups' weights w.
-        hist_var_sum: sum of v_k over the groups with history.
+        hist_var_sum: sum of v_k (floored) over the groups with history.
         rows: valid rows.
         nonzero_rows: rows with |A| > DEGENERATE.
         abs_advantage_max: the largest |A| (reduced by max).
@@ -43,6 +44,7 @@ class CallSums:
     effective_groups: float
     grpo_signal_groups: float
     history_groups: float
+    floor_active_groups: float
     weight_sum: float
     hist_var_sum: float
     rows: float
@@ -90,6 +92,7 @@ class CallSums:
             "bv_blend/clusters_seen": float(clusters_seen),
             "bv_blend/hist_var_mean": float(self.hist_var_sum) / history if history > 0 else 0.0,
             "bv_blend/abs_advantage_max": float(self.abs_advantage_max),
+            "bv_blend/variance_floor_active_ratio": float(self.floor_active_groups) / history if history > 0 else 0.0,
         }
 
 

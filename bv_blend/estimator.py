@@ -3,10 +3,12 @@
 One call, for rows i in groups g of clusters k (section numbers are the spec's):
 
     (3)   mean_g, std_g^2 over the group's valid rows (unbiased; std_g = 0 for a single row)
+    (5.8) v_k   = max(m2_k - m1_k^2, V_prior / max(N_k, delta_N))     (variance_floor="prior"; "none": no floor)
     (5.1) w_k   = exp(-SEM_k / T),  SEM_k = sqrt(v_k / max(N_k, delta_N));  w = 0 for unseen clusters or c = -1
     (5.2) b_g   = w m1_k + (1 - w) mean_g
           s_g^2 = w v_k  + (1 - w) std_g^2
           A_i   = (R_i - b_g) / (s_g + eps)
+    (5.8) |A_i| <= max(5, (n_g - 1) / sqrt(n_g))                         (max_abs_advantage="auto"; or a number)
     (5.5) S1_k, S2_k, n_k over the call's valid rows, all-reduced across ranks
     (5.6, 5.7) cold start, then the EMA update of (N, m1, m2)
 
@@ -26,13 +28,17 @@ import numpy as np
 import torch
 
 from bv_blend.call_sums import DEGENERATE, CallSums
-from bv_blend.config import BVBlendConfig, config_changes
+from bv_blend.config import AUTO, BVBlendConfig, config_mismatch, options_as_saved
 from bv_blend.grouping import GroupIds
 from bv_blend.host import all_true
 from bv_blend.inputs import TOO_LARGE, Batch, check_inputs, check_token_level
 from bv_blend.moments import ClusterMoments, cluster_statistics, should_sync
 
-STATE_FORMAT_VERSION = 1
+# 2: the config holds variance_floor. A format-1 state was computed without a variance floor.
+STATE_FORMAT_VERSION = 2
+READABLE_STATE_FORMATS = (1, 2)
+# max_abs_advantage="auto" clips a group of n rows at max(AUTO_CLIP_MIN, (n - 1) / sqrt(n)) (spec 5 step 8).
+AUTO_CLIP_MIN = 5.0
 
 
 class GroupStatistics(NamedTuple):
@@ -60,7 +66,8 @@ class Blend(NamedTuple):
 
     weight: np.ndarray  # (G,) w, 0 for a group without history
     has_history: np.ndarray  # (G,) bool: the group's cluster was seen before this call
-    hist_var: np.ndarray  # (G,) v_k of the group's cluster
+    hist_var: np.ndarray  # (G,) v_k of the group's cluster (floored)
+    floor_raised: np.ndarray  # (G,) bool: the variance floor raised that v_k
     scale: np.ndarray  # (G,) s_g
     advantage: np.ndarray  # (B,) A_i, 0 on invalid rows
 
@@ -169,7 +176,7 @@ class BVBlendEstimator:
         cfg, moments = self.config, self.moments
 
         # (5.1) The confidence weight of each group's cluster, from the history before this call.
-        cluster_variance = moments.variance()
+        cluster_variance, floor_raised = self._history_variance()
         cluster = np.maximum(batch.group_cluster, 0)
         has_history = (batch.group_cluster >= 0) & moments.seen[cluster]
         weight = self._cluster_weights(cluster_variance)[cluster] * has_history  # w = 0 without history
@@ -181,10 +188,34 @@ class BVBlendEstimator:
         scale = np.sqrt(weight * hist_var + local_weight * groups.var)
         advantage = (batch.reward - baseline[batch.codes]) / (scale[batch.codes] + cfg.epsilon)
 
-        # (5.3) Optional guard against extreme advantages; off by default, not in the paper.
-        if cfg.max_abs_advantage is not None:
-            advantage = np.clip(advantage, -cfg.max_abs_advantage, cfg.max_abs_advantage)
-        return Blend(weight, has_history, hist_var, scale, np.where(batch.valid, advantage, 0.0))
+        # (5.3, 5.8) Guard against extreme advantages (not in the paper).
+        bound = self._advantage_bound(batch, groups)
+        if bound is not None:
+            advantage = np.clip(advantage, -bound, bound)
+        advantage = np.where(batch.valid, advantage, 0.0)
+        return Blend(weight, has_history, hist_var, floor_raised[cluster] & has_history, scale, advantage)
+
+    def _history_variance(self) -> tuple[np.ndarray, np.ndarray]:
+        """(4, 5.8) v_k per cluster, and where the variance floor raised it.
+
+        With ``variance_floor="prior"`` a cluster cannot look more certain than N_k samples of the prior variance
+        allow: v_k = max(m2_k - m1_k^2, V_prior / max(N_k, delta_N)).
+        """
+        cfg, moments = self.config, self.moments
+        variance = moments.variance()
+        if cfg.variance_floor == "none":
+            return variance, np.zeros(variance.shape, dtype=bool)
+        floor = cfg.v_prior / np.maximum(moments.count, cfg.delta_n)
+        return np.maximum(variance, floor), variance < floor
+
+    def _advantage_bound(self, batch: Batch, groups: GroupStatistics) -> np.ndarray | float | None:
+        """(5.8) The largest |A| allowed, per row for ``"auto"``: max(5, (n_g - 1) / sqrt(n_g)), the largest |A|
+        that GRPO's standardisation can give a group of n_g rows, so a group without history is never clipped."""
+        limit = self.config.max_abs_advantage
+        if limit != AUTO:
+            return limit
+        rows = groups.rows
+        return np.maximum(AUTO_CLIP_MIN, (rows - 1.0) / np.sqrt(np.maximum(rows, 1.0)))[batch.codes]
 
     def _cluster_weights(self, cluster_variance: np.ndarray) -> np.ndarray:
         """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
@@ -209,6 +240,7 @@ class BVBlendEstimator:
             effective_groups=np.count_nonzero(blend.scale > DEGENERATE),
             grpo_signal_groups=np.count_nonzero(groups.var > DEGENERATE**2),
             history_groups=np.count_nonzero(blend.has_history),
+            floor_active_groups=np.count_nonzero(blend.floor_raised),
             weight_sum=blend.weight.sum(),
             hist_var_sum=(blend.hist_var * blend.has_history).sum(),
             rows=groups.rows.sum(),
@@ -258,14 +290,18 @@ class BVBlendEstimator:
     ) -> None:
         """Restore a state from :meth:`state_dict`; all checks run before anything changes.
 
+        A state saved before the stability options existed (format 1) was computed without a variance floor;
+        under the current defaults it is refused with a message that names the options to continue it exactly.
+
         Args:
-            allow_config_change: keep this estimator's config even if the state was saved under another one.
+            allow_config_change: keep this estimator's config even if the state was saved under another one (the
+                history carries over; only the formulas applied to it change).
             allow_num_clusters_change: adopt the state's K (this estimator is resized to it).
         """
-        if state.get("format_version") != STATE_FORMAT_VERSION:
+        if state.get("format_version") not in READABLE_STATE_FORMATS:
             raise ValueError(
                 f"Unsupported BV-Blend state format {state.get('format_version')!r}; "
-                f"this version reads format {STATE_FORMAT_VERSION}."
+                f"this version reads formats {READABLE_STATE_FORMATS}."
             )
         saved_k = state.get("num_clusters")
         if saved_k != self.num_clusters and not allow_num_clusters_change:
@@ -274,12 +310,12 @@ class BVBlendEstimator:
                 "it was made with another codebook. Use the run's original codebook, or pass "
                 "allow_num_clusters_change=True to adopt the saved K."
             )
-        saved_config = BVBlendConfig.from_mapping(state.get("config"))
-        if saved_config != self.config and not allow_config_change:
-            changed = config_changes(saved_config.to_dict(), self.config.to_dict())
+        BVBlendConfig.from_mapping(options_as_saved(state.get("config")))  # a valid config, or a clear error
+        mismatch = config_mismatch(state.get("config"), self.config.to_dict(), lambda name, value: f"{name}={value!r}")
+        if mismatch and not allow_config_change:
             raise ValueError(
-                f"The saved BV-Blend state was made with another config (saved, current): {changed}. "
-                "Restore the original options, or pass allow_config_change=True to keep the current ones."
+                f"The saved BV-Blend state was made with {mismatch} in BVBlendConfig, or pass "
+                "allow_config_change=True to continue its history under the current options."
             )
         num_updates = state.get("num_updates")
         if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 0:

@@ -131,6 +131,9 @@ def test_comparisons_set_the_named_values(composed):
     assert fixed.weight_mode == "fixed" and fixed.fixed_weight == 0.5
     assert composed["neff"].algorithm.bv_blend.weight_mode == "neff"
     assert composed["sigma"].algorithm.bv_blend.weight_mode == "sigma"
+    literal, main = composed["literal"].algorithm.bv_blend, composed[MAIN_CONFIG].algorithm.bv_blend
+    assert (literal.variance_floor, literal.max_abs_advantage) == ("none", None)  # the paper's formulas
+    assert (main.variance_floor, main.max_abs_advantage) == ("prior", "auto")  # the recipe keeps the safe defaults
     paths = {name: composed[name].actor_rollout_ref.model.path for name in COMPARISONS}
     assert paths["qwen25_math_1p5b"] == "Qwen/Qwen2.5-Math-1.5B"
     assert paths["qwen25_7b_instruct"] == "Qwen/Qwen2.5-7B-Instruct"

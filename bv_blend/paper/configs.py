@@ -31,6 +31,10 @@ COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
     ),
     "neff": ("BV-Blend, N_eff-only weight", frozenset({"algorithm.bv_blend.weight_mode"})),
     "sigma": ("BV-Blend, sigma-only weight", frozenset({"algorithm.bv_blend.weight_mode"})),
+    "literal": (
+        "BV-Blend, the paper's literal formulas (no variance floor, no clip)",
+        frozenset({"algorithm.bv_blend.variance_floor", "algorithm.bv_blend.max_abs_advantage"}),
+    ),
     "qwen25_math_1p5b": ("Qwen2.5-Math-1.5B backbone", frozenset({"actor_rollout_ref.model.path"})),
     "qwen25_7b_instruct": ("Qwen2.5-7B-Instruct backbone", frozenset({"actor_rollout_ref.model.path"})),
     "llama31_8b_instruct": ("Llama-3.1-8B-Instruct backbone", frozenset({"actor_rollout_ref.model.path"})),

@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from bv_blend.config import config_changes
+from bv_blend.config import config_mismatch
 from bv_blend.verl import ha_dw, runtime
+from bv_blend.verl.overrides import override_value
 from bv_blend.verl.versions import installed_version
 
 logger = logging.getLogger(__name__)
@@ -84,12 +85,13 @@ def _bv_blend_restore(algorithm: Any, payload: dict[str, Any], path: str) -> Non
             f"({process.glue.codebook_path}) has hash {process.codebook_hash}: cluster ids would mean other "
             "clusters. Resume with the original algorithm.bv_blend.codebook_path."
         )
-    changed = config_changes(payload["estimator_config"], process.estimator_config.to_dict())
-    if changed:
-        raise ValueError(
-            f"{path} was written with other BV-Blend options (saved, current): {changed}. Resume with the "
-            "original algorithm.bv_blend.* options."
-        )
+    mismatch = config_mismatch(
+        payload["estimator_config"],
+        process.estimator_config.to_dict(),
+        lambda name, value: f"algorithm.bv_blend.{name}={override_value(value)}",
+    )
+    if mismatch:
+        raise ValueError(f"{path} was written with {mismatch}.")
     process.estimator.load_state_dict(payload["estimator"])
 
 

@@ -22,6 +22,7 @@ from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_step
 trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 REPO = Path(__file__).resolve().parents[2]
+FORMAT1_STATE = REPO / "tests" / "data" / "bv_blend_state_format1.pt"
 SAVED_STEP, LAST_STEP = 2, 4
 
 
@@ -85,6 +86,31 @@ def test_fake_workers_mismatched_state_fails_loudly(tmp_path, resume_overrides, 
     with pytest.raises(error, match=match) as info:
         trainer._load_checkpoint()
     assert STATE_FILE in str(info.value) and "allow_state_reset" in str(info.value)
+
+
+def test_fake_workers_state_saved_before_the_stability_options_names_the_overrides_that_continue_it(tmp_path):
+    """A checkpoint whose BV-Blend state was written before variance_floor and max_abs_advantage="auto" existed
+    (tests/data/bv_blend_state_format1.pt, written by that version, K=3): under the new defaults the resume fails
+    with the overrides that continue it exactly; with them, it resumes."""
+    _train_and_save(tmp_path, trainer_sync.PPOTrainerSync, "algorithm.bv_blend.num_clusters=3")
+    path = tmp_path / f"global_step_{SAVED_STEP}" / STATE_FILE
+    payload, old = torch.load(path, weights_only=True), torch.load(FORMAT1_STATE, weights_only=True)
+    payload.update(estimator=old, estimator_config=dict(old["config"]))
+    torch.save(payload, path)
+    runtime.reset()
+    defaults = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
+    with pytest.raises(ValueError) as info:
+        minimal_trainer(trainer_sync.PPOTrainerSync, defaults)._load_checkpoint()
+    overrides = ["algorithm.bv_blend.max_abs_advantage=null", "algorithm.bv_blend.variance_floor=none"]
+    assert f"set {' '.join(overrides)}" in str(info.value) and "allow_state_reset" in str(info.value)
+    assert "before the option(s) ['variance_floor'] existed" in str(info.value)
+
+    runtime.reset()
+    config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3", *overrides)
+    minimal_trainer(trainer_sync.PPOTrainerSync, config)._load_checkpoint()
+    restored = runtime.estimator_for(config.algorithm).estimator
+    assert restored.num_updates == 3 and restored.config.variance_floor == "none"
+    assert all(torch.equal(state_tensors(restored.state_dict())[k], old[k]) for k in ("count", "mean", "seen"))
 
 
 def test_fake_workers_other_codebook_fails_and_reset_is_explicit(tmp_path):

@@ -44,7 +44,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def job_configs(tmp_path_factory) -> dict:
     """``--cfg job`` of every config, composed by main_ppo in one fresh process started outside the checkout."""
-    names = ["bv_blend", *(f"paper/{name}" for name in PAPER_CONFIGS)]
+    names = ["bv_blend", "cpu_tiny", *(f"paper/{name}" for name in PAPER_CONFIGS)]
     result = subprocess.run(
         [sys.executable, "-c", RUN_EACH, *names], cwd=tmp_path_factory.mktemp("cwd"), env=_env(),
         capture_output=True, text=True, timeout=600,
@@ -124,3 +124,14 @@ def test_companion_configs_hold_their_papers_settings(job_configs):
     for name in ("ha_dw", "maxnorm_rloo", "ntf_rfpp", "bv_blend_ntf"):
         config = job_configs[f"paper/{name}"]
         assert config.data.train_batch_size * config.actor_rollout_ref.rollout.n == 128, name
+
+
+@pytest.mark.slow
+def test_the_cpu_config_extends_bv_blend_by_name(job_configs):
+    """What bv_blend.verl.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
+    config = job_configs["cpu_tiny"]
+    estimator, glue = read_options(config.algorithm)
+    assert estimator == BVBlendConfig() and glue == GlueOptions()
+    assert config.actor_rollout_ref.actor.strategy == "fsdp2" and config.actor_rollout_ref.rollout.dtype == "float32"
+    assert config.actor_rollout_ref.rollout.calculate_log_probs is True and config.trainer.device == "cpu"
+    assert config.ray_kwargs.ray_init.num_gpus == 1
