@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from bv_blend.paper.companions import COMPANION_COMPARISONS
 from bv_blend.verl.overrides import dotted_leaves
 
 BASE_CONFIG = "bv_blend"
@@ -43,6 +44,7 @@ COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
     "qwen25_math_1p5b": ("Qwen2.5-Math-1.5B backbone", frozenset({"actor_rollout_ref.model.path"})),
     "qwen25_7b_instruct": ("Qwen2.5-7B-Instruct backbone", frozenset({"actor_rollout_ref.model.path"})),
     "llama31_8b_instruct": ("Llama-3.1-8B-Instruct backbone", frozenset({"actor_rollout_ref.model.path"})),
+    **COMPANION_COMPARISONS,  # HA-DW, MaxNorm-RLOO, NTF (bv_blend/paper/companions.py)
 }
 BOOKKEEPING_KEYS = frozenset({"trainer.experiment_name"})
 PAPER_CONFIGS: tuple[str, ...] = (MAIN_CONFIG, *COMPARISONS)

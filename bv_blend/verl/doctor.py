@@ -1,7 +1,9 @@
 """``python -m bv_blend.verl.doctor``: why does verl say "Unknown advantage estimator simply: bv_blend"?
 
 Checks, each in a fresh interpreter so that nothing imported here hides a problem: the entry point is installed;
-a plain ``import verl`` registers ``bv_blend``; the trainer hooks install on this verl. Exit code 0 when all pass.
+a plain ``import verl`` registers our estimators (``bv_blend``, ``ha_dw``, ``maxnorm_ac``) and policy loss
+(``ntf``), and verl instantiates NTF's policy-loss config; the trainer hooks install on this verl. Exit code 0 when
+all pass.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from bv_blend.verl.versions import installed_version
 
 PROBE_REGISTRY = (
     "import verl\n"
-    "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
-    "fn = get_adv_estimator_fn('bv_blend')\n"
-    "print(fn.__module__ + '.' + fn.__qualname__)\n"
+    "from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn\n"
+    "from verl.utils.config import omega_conf_to_dataclass\n"
+    "from bv_blend.verl.losses import TARGET\n"
+    "from bv_blend.verl.plugin import ESTIMATORS, POLICY_LOSSES\n"
+    "found = {name: get_adv_estimator_fn(name) for name in ESTIMATORS}\n"
+    "found.update({name: get_policy_loss_fn(name) for name in POLICY_LOSSES})\n"
+    "config = omega_conf_to_dataclass({'_target_': TARGET, 'loss_mode': 'ntf', 'ntf_keep_ratio': 0.1})\n"
+    "assert type(config).__name__ == 'NTFPolicyLossConfig', config\n"
+    "print(', '.join(f'{name} -> {fn.__module__}.{fn.__qualname__}' for name, fn in found.items()))\n"
 )
 PROBE_HOOKS = (
     "import verl\n"
@@ -60,7 +68,7 @@ def run_checks(env: dict[str, str] | None = None) -> list[tuple[str, bool, str]]
     policy = env.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     modules = env.get("VERL_USE_EXTERNAL_MODULES", "")
     results.append(("VERL_USE_EXTERNAL_PLUGINS / _MODULES", True, f"{policy!r} / {modules!r}"))
-    results.append(("`import verl` registers bv_blend", *_probe(PROBE_REGISTRY, env)))
+    results.append(("`import verl` registers bv_blend, ha_dw, maxnorm_ac, ntf", *_probe(PROBE_REGISTRY, env)))
     loud = dict(env, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bv_blend.verl.plugin")
     results.append(("loud route VERL_USE_EXTERNAL_MODULES", *_probe(PROBE_REGISTRY, loud)))
     results.append(("trainer hooks (V1 and legacy)", *_probe(PROBE_HOOKS, env)))

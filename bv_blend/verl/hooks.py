@@ -1,20 +1,25 @@
 """Trainer hooks, installed when verl imports its trainer modules (see ``plugin.py``).
 
-Every hook is a pass-through unless ``algorithm.adv_estimator == "bv_blend"``, so other estimators run verl's
+Every hook is a pass-through unless one of our estimators is selected (``algorithm.adv_estimator`` in
+``bv_blend``, ``ha_dw``, ``maxnorm_ac``) or our loss (``policy_loss.loss_mode=ntf``), so other runs execute verl's
 code unchanged.
 
 V1 (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``, the default ``trainer.use_v1=true``; covers the sync,
 colocate_async and separate_async modes, none of which overrides these methods):
-  ``__init__``            validate the options and build the estimator before any worker or vLLM server starts;
-  ``_compute_advantage``  read ``uid``/``extra_info`` of the batch from TransferQueue, publish the batch context
-                          (uid -> cluster, multi-output sessions) around verl's own method, then add
-                          ``bv_blend/*`` to the step's ``metrics``;
-  ``_save_checkpoint``    write ``global_step_N/bv_blend_state.pt`` (before verl's save, see ``state.py``);
+  ``__init__``            validate the options, build the estimator and refuse unsound stacks
+                          (``compositions.check_run``) before any worker or vLLM server starts;
+  ``_compute_advantage``  publish the batch context around verl's own method (multi-output sessions; for
+                          BV-Blend also uid -> cluster, read from TransferQueue), then add the estimator's
+                          ``bv_blend/*``, ``ha_dw/*`` or ``maxnorm/*`` metrics to the step's ``metrics``;
+  ``_save_checkpoint``    write ``global_step_N/<estimator>_state.pt`` (before verl's save, see ``state.py``);
   ``_load_checkpoint``    restore it after verl's load.
 
 Legacy (``verl.trainer.ppo.ray_trainer``, ``trainer.use_v1=false``): the same three ``RayPPOTrainer`` methods,
-plus the module globals that ``RayPPOTrainer.fit`` calls: ``compute_advantage`` (the map is built from
-``data.non_tensor_batch["extra_info"]``) and ``compute_data_metrics`` (adds ``bv_blend/*`` to the step dict).
+plus the module globals that ``RayPPOTrainer.fit`` calls: ``compute_advantage`` (BV-Blend's uid -> cluster map is
+built from ``data.non_tensor_batch["extra_info"]``) and ``compute_data_metrics`` (adds the estimator's metrics to
+the step dict).
+
+NTF's ``ntf/*`` metrics need no hook: the loss returns them and verl logs them with the actor's (``actor/ntf/*``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 from bv_blend.verl import runtime
 from bv_blend.verl.context import batch_context, current_batch
 from bv_blend.verl.multi_output import final_output_rows
-from bv_blend.verl.options import ESTIMATOR_NAME, uses_bv_blend
+from bv_blend.verl.options import ESTIMATOR_NAME, selected_estimator
 from bv_blend.verl.patching import wrap
 
 # What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
@@ -34,19 +39,22 @@ TEXT_FIELDS = ("prompt", "raw_prompt")
 
 
 # ------------------------------------------------------------------------------------------------ shared
-def _checked_init(original: Callable) -> Callable:
-    def __init__(self, config, *args, **kwargs):
-        if uses_bv_blend(config):
-            runtime.raise_hook_errors()
-            runtime.estimator_for(config.algorithm)  # bad options / missing codebook fail here, not at step 1
-        return original(self, config, *args, **kwargs)
+def _checked_init(legacy: bool) -> Callable[[Callable], Callable]:
+    def make(original: Callable) -> Callable:
+        def __init__(self, config, *args, **kwargs):
+            from bv_blend.verl.compositions import check_run
 
-    return __init__
+            check_run(config, legacy=legacy)  # bad options / missing codebook / unsound stacks fail here
+            return original(self, config, *args, **kwargs)
+
+        return __init__
+
+    return make
 
 
 def _saving(original: Callable) -> Callable:
     def _save_checkpoint(self, *args, **kwargs):
-        if uses_bv_blend(self.config):
+        if selected_estimator(self.config) is not None:
             from bv_blend.verl.state import save_state
 
             save_state(self)
@@ -58,7 +66,7 @@ def _saving(original: Callable) -> Callable:
 def _loading(original: Callable) -> Callable:
     def _load_checkpoint(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        if uses_bv_blend(self.config):
+        if selected_estimator(self.config) is not None:
             from bv_blend.verl.state import restore_state
 
             restore_state(self)
@@ -67,8 +75,8 @@ def _loading(original: Callable) -> Callable:
     return _load_checkpoint
 
 
-def _install_trainer_hooks(trainer_cls: type) -> None:
-    wrap(trainer_cls, "__init__", ("self", "config"), _checked_init)
+def _install_trainer_hooks(trainer_cls: type, legacy: bool) -> None:
+    wrap(trainer_cls, "__init__", ("self", "config"), _checked_init(legacy))
     wrap(trainer_cls, "_save_checkpoint", ("self",), _saving)
     wrap(trainer_cls, "_load_checkpoint", ("self",), _loading)
 
@@ -89,19 +97,22 @@ def _row_reader(columns: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
 def install_v1(trainer_base: Any) -> None:
     """Post-import hook of ``verl.trainer.ppo.v1.trainer_base``."""
     trainer_cls = trainer_base.PPOTrainer
-    _install_trainer_hooks(trainer_cls)
+    _install_trainer_hooks(trainer_cls, legacy=False)
     wrap(trainer_cls, "_compute_advantage", ("self", "batch", "metrics"), _v1_compute_advantage)
 
 
 def _v1_compute_advantage(original: Callable) -> Callable:
     def _compute_advantage(self, batch, metrics):
-        if not uses_bv_blend(self.config):
+        estimator = selected_estimator(self.config)
+        if estimator is None:
             return original(self, batch, metrics)
-        from bv_blend.verl.clusters import build_cluster_map
+        mapping = None
+        if estimator == ESTIMATOR_NAME:
+            from bv_blend.verl.clusters import build_cluster_map
 
-        process = runtime.estimator_for(self.config.algorithm)
-        columns = _v1_fetch(batch, with_text=process.glue.on_missing_cluster == "assign")
-        mapping = build_cluster_map(process, columns["uid"], columns.get("extra_info"), _row_reader(columns))
+            process = runtime.estimator_for(self.config.algorithm)
+            columns = _v1_fetch(batch, with_text=process.glue.on_missing_cluster == "assign")
+            mapping = build_cluster_map(process, columns["uid"], columns.get("extra_info"), _row_reader(columns))
         with batch_context(cluster_map=mapping, output_sources=final_output_rows(list(batch.keys))):
             result = original(self, batch, metrics)
         metrics.update(runtime.pop_metrics())
@@ -128,7 +139,7 @@ def _v1_fetch(batch: Any, with_text: bool) -> dict[str, list]:
 # ---------------------------------------------------------------------------------------------- legacy
 def install_legacy(ray_trainer: Any) -> None:
     """Post-import hook of ``verl.trainer.ppo.ray_trainer``."""
-    _install_trainer_hooks(ray_trainer.RayPPOTrainer)
+    _install_trainer_hooks(ray_trainer.RayPPOTrainer, legacy=True)
     wrap(ray_trainer, "compute_advantage", ("data", "adv_estimator"), _legacy_compute_advantage)
     wrap(ray_trainer, "compute_data_metrics", ("batch",), _legacy_compute_data_metrics)
 

@@ -3,18 +3,24 @@
 An agent loop may return several outputs per session; TransferQueue keys them ``{uid}_{session}_{i}`` and verl
 copies the session's final reward to every output. verl's GRPO (``compute_advantage_for_multi_trajectories`` in
 verl/trainer/ppo/v1/utils.py) computes advantages on the final output of each session only and broadcasts the
-result to the session's other outputs, so that a session counts once whatever its number of turns. BV-Blend does
-the same: the V1 hook publishes :func:`final_output_rows` as the batch's ``output_sources``
-(``bv_blend.verl.context``), and the estimator's ``source_rows`` leaves non-final outputs out of the group
-statistics and the history, then gives them their final output's advantage.
+result to the session's other outputs, so that a session counts once whatever its number of turns. Our estimators
+do the same: the V1 hook publishes :func:`final_output_rows` as the batch's ``output_sources``
+(``bv_blend.verl.context``). BV-Blend's ``source_rows`` and, for the companion estimators,
+:func:`outcome_advantages` leave non-final outputs out of the group statistics and the history, then give them
+their final output's advantage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
+
+from bv_blend.inputs import nonempty_rows
+from bv_blend.verl.context import current_batch
 
 
 def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
@@ -31,3 +37,34 @@ def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
     output_index = parts[2].astype(np.int64)
     final_row = output_index.groupby(session, sort=False).idxmax()
     return session.map(final_row).to_numpy(dtype=np.int64, copy=True)
+
+
+def outcome_advantages(
+    compute: Callable[[torch.Tensor, Any, np.ndarray], torch.Tensor],
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+) -> torch.Tensor:
+    """(B, T) advantages of an outcome estimator whose sequence face is ``compute(rewards, uids, valid)``.
+
+    The sequence reward is the sum of the token rewards and the advantage is broadcast over the response mask, as in
+    verl's GRPO. When the V1 hook published multi-output sessions (``output_sources`` of the batch context), only
+    each session's final output counts in the group statistics (and in any history), and every output of the
+    session takes the final output's advantage, as verl's GRPO does in the V1 trainer.
+    """
+    if token_level_rewards.shape != response_mask.shape or response_mask.dim() != 2:
+        raise ValueError(
+            f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must both be (batch, response_length)."
+        )
+    valid = nonempty_rows(response_mask)
+    batch = current_batch()
+    sources = batch.output_sources if batch is not None else None
+    if sources is not None and len(sources) != len(valid):
+        sources = None  # published for another batch shape: every row is its own output
+    if sources is not None:
+        valid = valid & (sources == np.arange(len(sources)))
+    sequence = compute(token_level_rewards.sum(dim=-1), index, valid)
+    if sources is not None:
+        sequence = sequence[torch.as_tensor(sources, device=sequence.device)]
+    return sequence.unsqueeze(-1) * response_mask

@@ -19,6 +19,9 @@ from bv_blend.codebook import CLUSTER_KEY
 from bv_blend.config import BVBlendConfig
 
 ESTIMATOR_NAME = "bv_blend"
+# Every advantage estimator this package registers; the trainer hooks act only when one of them is selected.
+OUR_ESTIMATORS = (ESTIMATOR_NAME, "ha_dw", "maxnorm_ac")
+NTF_LOSS = "ntf"
 ON_MISSING_CLUSTER = ("error", "assign")
 ANNOTATE_HINT = (
     "Annotate the training data offline: `python scripts/build_codebook.py train.parquet --num-clusters K "
@@ -77,8 +80,31 @@ ESTIMATOR_KEYS = frozenset(field.name for field in dataclasses.fields(BVBlendCon
 
 def uses_bv_blend(config: Any) -> bool:
     """True when the full trainer config selects ``algorithm.adv_estimator=bv_blend``."""
-    algorithm = _get(config, "algorithm")
-    return algorithm is not None and str(_get(algorithm, "adv_estimator")) == ESTIMATOR_NAME
+    return selected_estimator(config) == ESTIMATOR_NAME
+
+
+def selected_estimator(config: Any) -> str | None:
+    """The name of our estimator that the full trainer config selects (``bv_blend``, ``ha_dw``, ``maxnorm_ac``),
+    or ``None`` for any other estimator."""
+    algorithm = config_get(config, "algorithm")
+    name = str(config_get(algorithm, "adv_estimator")) if algorithm is not None else None
+    return name if name in OUR_ESTIMATORS else None
+
+
+def uses_ntf(config: Any) -> bool:
+    """True when the full trainer config selects ``actor_rollout_ref.actor.policy_loss.loss_mode=ntf``."""
+    actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
+    return str(config_get(config_get(actor, "policy_loss"), "loss_mode")) == NTF_LOSS
+
+
+def section_options(algorithm_config: Any, name: str) -> dict[str, Any]:
+    """``algorithm.<name>`` as a plain dict (empty when absent); an error when it is not a mapping."""
+    node = config_get(algorithm_config, name) if algorithm_config is not None else None
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)
+    if node is None or isinstance(node, Mapping):
+        return dict(node or {})
+    raise ValueError(f"algorithm.{name} must be a mapping of options, got {type(node).__name__}.")
 
 
 def read_options(algorithm_config: Any) -> tuple[BVBlendConfig, GlueOptions]:
@@ -87,13 +113,7 @@ def read_options(algorithm_config: Any) -> tuple[BVBlendConfig, GlueOptions]:
     Raises:
         ValueError: an unknown key (named, with the known ones), or an invalid value.
     """
-    node = _get(algorithm_config, ESTIMATOR_NAME) if algorithm_config is not None else None
-    if isinstance(node, DictConfig):
-        options = OmegaConf.to_container(node, resolve=True)
-    elif node is None or isinstance(node, Mapping):
-        options = dict(node or {})
-    else:
-        raise ValueError(f"algorithm.bv_blend must be a mapping of options, got {type(node).__name__}.")
+    options = section_options(algorithm_config, ESTIMATOR_NAME)
     unknown = sorted(set(options) - GLUE_KEYS - ESTIMATOR_KEYS)
     if unknown:
         raise ValueError(
@@ -104,8 +124,10 @@ def read_options(algorithm_config: Any) -> tuple[BVBlendConfig, GlueOptions]:
     return BVBlendConfig.from_mapping(options), glue
 
 
-def _get(node: Any, key: str) -> Any:
+def config_get(node: Any, key: str) -> Any:
     """``node.get(key)`` for dicts and DictConfigs (struct mode included), ``getattr`` for namespaces."""
+    if node is None:
+        return None
     if isinstance(node, (Mapping, DictConfig)):
         return node.get(key)
     return getattr(node, key, None)

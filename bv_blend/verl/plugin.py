@@ -1,21 +1,24 @@
-"""verl entry point of bv_blend: makes ``algorithm.adv_estimator=bv_blend`` work in every verl process.
+"""verl entry point of bv_blend: makes our estimators and loss work in every verl process.
 
-verl imports this module from ``verl/__init__.py`` (entry-point group ``verl.plugins``, or
+``algorithm.adv_estimator=bv_blend`` / ``ha_dw`` / ``maxnorm_ac`` and ``actor_rollout_ref.actor.policy_loss.
+loss_mode=ntf``. verl imports this module from ``verl/__init__.py`` (entry-point group ``verl.plugins``, or
 ``VERL_USE_EXTERNAL_MODULES=bv_blend.verl.plugin``), in every process: driver, trainer, FSDP workers, vLLM servers.
 So it imports nothing heavy and nothing of verl (verl is half-initialised at that point). It only registers
 post-import hooks; the work happens when, and only if, the process imports the verl module concerned:
 
-- ``verl.trainer.ppo.core_algos``: register ``bv_blend`` in verl's advantage-estimator registry;
+- ``verl.trainer.ppo.core_algos``: register our estimators in verl's advantage-estimator registry and ``ntf`` in
+  its policy-loss registry (:data:`ESTIMATORS`, :data:`POLICY_LOSSES`);
 - ``verl.trainer.ppo.ray_trainer``: legacy trainer hooks;
 - ``verl.trainer.ppo.v1.trainer_base``: V1 trainer hooks.
 
 Importing this module twice, or through both routes, is harmless. A hook that fails is logged at ERROR
-(verl itself swallows entry-point errors) and raised when a trainer starts with ``adv_estimator=bv_blend``;
+(verl itself swallows entry-point errors) and raised when a trainer starts with one of our estimators or our loss;
 ``python -m bv_blend.verl.doctor`` reports all of it.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from types import ModuleType
@@ -27,21 +30,50 @@ logger = logging.getLogger(__name__)
 ENTRY_MODULE = __name__
 
 
-def _register_estimator(core_algos: ModuleType) -> None:
-    from bv_blend.verl.advantage import compute_bv_blend_advantage
-    from bv_blend.verl.options import ESTIMATOR_NAME
+# name -> "module:function", imported only when verl imports core_algos.
+ESTIMATORS = {
+    "bv_blend": "bv_blend.verl.advantage:compute_bv_blend_advantage",
+    "ha_dw": "bv_blend.verl.ha_dw:compute_ha_dw_advantage",
+    "maxnorm_ac": "bv_blend.verl.maxnorm:compute_maxnorm_ac_advantage",
+}
+POLICY_LOSSES = {"ntf": "bv_blend.verl.losses:compute_policy_loss_ntf"}
 
-    registered = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
-    if registered is compute_bv_blend_advantage:
+
+def _load(reference: str) -> Callable:
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _register(registry: dict, register: Callable, name: str, fn: Callable, what: str) -> None:
+    registered = registry.get(name)
+    if registered is fn:
         return
-    if registered is not None and getattr(registered, "__qualname__", None) != compute_bv_blend_advantage.__qualname__:
+    if registered is not None and getattr(registered, "__qualname__", None) != fn.__qualname__:
         raise ValueError(
-            f"Another advantage estimator is already registered as {ESTIMATOR_NAME!r}: {registered!r}. "
+            f"Another {what} is already registered as {name!r}: {registered!r}. "
             "Uninstall the package that registers it, or rename it."
         )
     # A reloaded bv_blend module has a new function object: replace ours instead of tripping verl's duplicate check.
-    core_algos.ADV_ESTIMATOR_REGISTRY.pop(ESTIMATOR_NAME, None)
-    core_algos.register_adv_est(ESTIMATOR_NAME)(compute_bv_blend_advantage)
+    registry.pop(name, None)
+    register(name)(fn)
+
+
+def _register_all(core_algos: ModuleType) -> None:
+    failures = []
+    for name, reference in ESTIMATORS.items():
+        try:
+            fn = _load(reference)
+            _register(core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.register_adv_est, name, fn, "advantage estimator")
+        except Exception as exc:  # one failure must not keep the others from registering
+            failures.append(f"estimator {name}: {type(exc).__name__}: {exc}")
+    for name, reference in POLICY_LOSSES.items():
+        try:
+            fn = _load(reference)
+            _register(core_algos.POLICY_LOSS_REGISTRY, core_algos.register_policy_loss, name, fn, "policy loss")
+        except Exception as exc:
+            failures.append(f"policy loss {name}: {type(exc).__name__}: {exc}")
+    if failures:
+        raise RuntimeError("; ".join(failures))
 
 
 def _install_v1(trainer_base: ModuleType) -> None:
@@ -62,7 +94,7 @@ def _guarded(step: Callable[[ModuleType], None], target: str) -> Callable[[Modul
     def hook(module: ModuleType) -> None:
         try:
             step(module)
-        except Exception as exc:  # reported loudly, and raised at trainer start if bv_blend is selected
+        except Exception as exc:  # reported loudly, and raised at trainer start if one of ours is selected
             from bv_blend.verl import runtime
 
             runtime.report_hook_error(f"bv_blend hook on {target} failed: {type(exc).__name__}: {exc}")
@@ -71,7 +103,7 @@ def _guarded(step: Callable[[ModuleType], None], target: str) -> Callable[[Modul
 
 
 HOOKS = {
-    "verl.trainer.ppo.core_algos": _register_estimator,
+    "verl.trainer.ppo.core_algos": _register_all,
     "verl.trainer.ppo.ray_trainer": _install_legacy,
     "verl.trainer.ppo.v1.trainer_base": _install_v1,
 }

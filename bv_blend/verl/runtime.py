@@ -1,10 +1,12 @@
-"""Process-wide BV-Blend state of one verl trainer process.
+"""Process-wide state of our estimators in one verl trainer process.
 
 verl computes advantages once per (mini-)batch, in the single-controller process (``TaskRunnerV1`` or the legacy
 ``TaskRunner``), and calls the registered estimator with tensors, uids and ``config.algorithm`` only. What a call
 needs beyond that lives here:
 
 - the :class:`ProcessEstimator`: the estimator (built lazily from ``algorithm.bv_blend``), K and the codebook;
+- the companion estimators (``ha_dw``, ``maxnorm_ac``), one per name, built lazily from their options
+  (:func:`process_object`);
 - the metrics of the last call, collected by the hooks into verl's step dict;
 - errors of hooks that could not be installed (reported at trainer start rather than lost in a log).
 
@@ -15,9 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bv_blend.config import BVBlendConfig
 from bv_blend.estimator import BVBlendEstimator
@@ -50,6 +52,8 @@ class ProcessEstimator:
 
 _CURRENT: ProcessEstimator | None = None
 _CURRENT_KEY: str | None = None
+_COMPANIONS: dict[str, tuple[Any, Any]] = {}  # estimator name -> (the options it was built from, the object)
+Built = TypeVar("Built")
 _PENDING_METRICS: dict[str, float] = {}
 HOOK_ERRORS: list[str] = []
 
@@ -80,10 +84,27 @@ def estimator_for(algorithm_config: Any) -> ProcessEstimator:
     return _CURRENT
 
 
+def process_object(name: str, options: Any, build: Callable[[], Built]) -> Built:
+    """The process's object for estimator ``name`` (e.g. its ``HADWEstimator``), built by ``build`` on first use.
+
+    ``options`` (any value with ``==``) is what it was built from; when it changes (tests, notebooks), a new object
+    replaces the old one, and the history of a stateful one starts afresh, with a warning.
+    """
+    held = _COMPANIONS.get(name)
+    if held is not None and held[0] == options:
+        return held[1]
+    if held is not None and getattr(held[1], "num_updates", 0) > 0:
+        logger.warning("algorithm.%s changed within one process: its history starts afresh.", name)
+    built = build()
+    _COMPANIONS[name] = (options, built)
+    return built
+
+
 def reset() -> None:
-    """Forget the estimator, the pending metrics and any published batch context (for tests)."""
+    """Forget every estimator, the pending metrics and any published batch context (for tests)."""
     global _CURRENT, _CURRENT_KEY
     _CURRENT, _CURRENT_KEY = None, None
+    _COMPANIONS.clear()
     _PENDING_METRICS.clear()
     forget_batch()
 
@@ -116,14 +137,14 @@ def record_metrics(metrics: Mapping[str, float]) -> None:
 
 
 def pop_metrics() -> dict[str, float]:
-    """The metrics of the last call, once (empty when no BV-Blend call happened since the last pop)."""
+    """The metrics of the last call, once (empty when no call of our estimators happened since the last pop)."""
     metrics = dict(_PENDING_METRICS)
     _PENDING_METRICS.clear()
     return metrics
 
 
 def report_hook_error(message: str) -> None:
-    """A hook could not be installed: log it loudly; the trainer-start check raises it if bv_blend is used."""
+    """A hook could not be installed: log it loudly; the trainer-start check raises it if one of ours is used."""
     HOOK_ERRORS.append(message)
     logger.error(message)
 
@@ -131,5 +152,6 @@ def report_hook_error(message: str) -> None:
 def raise_hook_errors() -> None:
     if HOOK_ERRORS:
         raise RuntimeError(
-            "bv_blend could not hook into this verl version, so BV-Blend cannot run:\n- " + "\n- ".join(HOOK_ERRORS)
+            "bv_blend could not hook into this verl version, so its estimators and losses cannot run:\n- "
+            + "\n- ".join(HOOK_ERRORS)
         )

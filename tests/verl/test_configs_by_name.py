@@ -111,6 +111,32 @@ def test_each_comparison_is_one_name_and_changes_only_what_it_names(job_configs,
 
 
 @pytest.mark.slow
+def test_companion_configs_hold_their_papers_settings(job_configs):
+    """configs/paper/{ha_dw,maxnorm_rloo,ntf_rfpp,bv_blend_ntf}.yaml as main_ppo composes them (docs/companions.md)."""
+    from bv_blend.estimators import HADWConfig, MaxNormConfig
+    from bv_blend.verl import ha_dw, maxnorm
+    from bv_blend.verl.losses import TARGET
+
+    hadw = job_configs["paper/ha_dw"]
+    assert hadw.algorithm.adv_estimator == "ha_dw" and hadw.actor_rollout_ref.rollout.n == 8
+    assert ha_dw.read_options(hadw.algorithm).config == HADWConfig(lambda_scale=1.3)  # every key declared = default
+    assert set(hadw.algorithm.ha_dw) == set(ha_dw.defaults())
+    rloo = job_configs["paper/maxnorm_rloo"]
+    assert rloo.algorithm.adv_estimator == "maxnorm_ac" and rloo.actor_rollout_ref.rollout.n == 16
+    assert maxnorm.read_options(rloo.algorithm) == MaxNormConfig(numerator="rloo", delta_res=0.01)
+    assert set(rloo.algorithm.maxnorm) == set(maxnorm.defaults())
+    for name, estimator in (("ntf_rfpp", "reinforce_plus_plus"), ("bv_blend_ntf", "bv_blend")):
+        config = job_configs[f"paper/{name}"]
+        loss = config.actor_rollout_ref.actor.policy_loss
+        assert config.algorithm.adv_estimator == estimator and config.actor_rollout_ref.rollout.n == 1
+        assert (loss._target_, loss.loss_mode, loss.ntf_keep_ratio) == (TARGET, "ntf", 0.1)
+    # Every companion run keeps the main run's 128 trajectories per step.
+    for name in ("ha_dw", "maxnorm_rloo", "ntf_rfpp", "bv_blend_ntf"):
+        config = job_configs[f"paper/{name}"]
+        assert config.data.train_batch_size * config.actor_rollout_ref.rollout.n == 128, name
+
+
+@pytest.mark.slow
 def test_the_cpu_config_extends_bv_blend_by_name(job_configs):
     """What bv_blend.verl.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
     config = job_configs["cpu_tiny"]

@@ -45,6 +45,8 @@ import bv_blend.verl.plugin as plugin
 importlib.reload(plugin)  # a second import of the entry module must not trip verl's duplicate check
 importlib.reload(plugin)
 out["after_reload"] = core_algos.get_adv_estimator_fn("bv_blend").__qualname__
+out["companions"] = [core_algos.get_adv_estimator_fn(n).__qualname__ for n in ("ha_dw", "maxnorm_ac")]
+out["companions"].append(core_algos.get_policy_loss_fn("ntf").__qualname__)
 from bv_blend.verl import runtime
 out["hook_errors"] = runtime.HOOK_ERRORS
 print("RESULT" + json.dumps(out))
@@ -56,6 +58,7 @@ SCENARIOS = {
     "no_plugin_loaded": {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""},
 }
 EXPECTED = "bv_blend.verl.advantage.compute_bv_blend_advantage"
+COMPANIONS = ["compute_ha_dw_advantage", "compute_maxnorm_ac_advantage", "compute_policy_loss_ntf"]
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,12 @@ def test_import_verl_registers_bv_blend(results, scenario):
     result = results[scenario]
     assert result["resolved"] == EXPECTED
     assert result["after_reload"] == "compute_bv_blend_advantage" and result["hook_errors"] == []
+    assert result["companions"] == COMPANIONS
+
+
+def test_plugin_registers_the_companions_when_imported_late(results):
+    """Imported by hand after a bare `import verl` (VERL_USE_EXTERNAL_MODULES' case), every name registers too."""
+    assert results["no_plugin_loaded"]["companions"] == COMPANIONS and results["no_plugin_loaded"]["hook_errors"] == []
 
 
 def test_entry_module_is_light(results):

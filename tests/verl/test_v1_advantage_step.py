@@ -174,3 +174,82 @@ def test_v1_multi_output_sessions_count_once_like_verl_grpo(transfer_queue):
         expected_count[cluster] += 1
     expected_count[expected_count > 0] += state["config"]["gamma"] * state["config"]["n0"]
     torch.testing.assert_close(state["count"], expected_count)
+
+
+# --------------------------------------------------------------------------------------- HA-DW and MaxNorm-AC
+@pytest.mark.parametrize("estimator", ["ha_dw", "maxnorm_ac"])
+def test_v1_companion_estimators_write_their_advantages_and_metrics(transfer_queue, estimator):
+    """The V1 step (shuffled rows, verl's padding rows) writes what the verl-free estimator computes on the real
+    rows, and the step's ``metrics`` dict (what verl logs) carries the estimator's ``ha_dw/*`` / ``maxnorm/*``."""
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from bv_blend.estimators import HADWEstimator, MaxNormAC
+
+    rows = step_rows(3)
+    partition = f"companion-{estimator}"
+    batch = _put_rows(random.Random(3).sample(rows, len(rows)), partition_id=partition)
+    batch = upsample_batch_to_divisible_size(batch, batch_multiple=8, eos_token_id=0)
+    pad_keys = batch.keys[len(rows) :]
+    assert pad_keys and all(key.startswith("pad") for key in pad_keys)
+    batch = _put_old_log_probs(batch, partition_id=partition)
+
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = compose_config([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=4"])
+    metrics: dict = {}
+    trainer._compute_advantage(batch, metrics)
+
+    prefix = {"ha_dw": "ha_dw/", "maxnorm_ac": "maxnorm/"}[estimator]
+    ours = {k: v for k, v in metrics.items() if k.startswith(prefix)}
+    assert len(ours) >= 8 and all(np.isfinite(v) for v in ours.values()), ours
+    reference = (HADWEstimator() if estimator == "ha_dw" else MaxNormAC()).compute_token_level(
+        padded(rows, "rm_scores"), padded(rows, "response_mask"), np.array([r["uid"] for r in rows], dtype=object)
+    )[0]
+    assert ours == runtime._COMPANIONS[estimator][1].metrics
+    written = tq.kv_batch_get(
+        keys=[r["key"] for r in rows] + list(pad_keys), partition_id=partition, select_fields=["advantages"]
+    )["advantages"].unbind()
+    for i, row in enumerate(rows):
+        torch.testing.assert_close(written[i], reference[i, : row["response_mask"].numel()], rtol=1e-6, atol=1e-7)
+    assert all(pad.abs().sum() == 0 for pad in written[len(rows) :])
+    assert reference.abs().sum() > 0
+
+
+def test_v1_ha_dw_counts_each_multi_output_session_once(transfer_queue):
+    """With several outputs per session, HA-DW uses each session's final output (as verl's GRPO does) for the
+    groups and the batch accuracy, and gives the session's other outputs its advantage."""
+    import copy
+
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from bv_blend.estimators import HADWEstimator
+
+    finals = step_rows(8)
+    rows = list(finals)
+    for row in [r for r in finals if r["session_id"] % 2 == 0]:
+        earlier = copy.deepcopy(row)
+        earlier["key"] = f"{row['uid']}_{row['session_id']}_0"
+        earlier["rm_scores"] = torch.zeros(row["response_mask"].numel())
+        earlier["rm_scores"][-1] = row["rm_scores"][-1]  # verl copies the session's final reward to every output
+        row["key"] = f"{row['uid']}_{row['session_id']}_1"
+        rows.append(earlier)
+    batch = _put_old_log_probs(_put_rows(random.Random(8).sample(rows, len(rows)), "multi-hadw"), "multi-hadw")
+
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = compose_config(["algorithm.adv_estimator=ha_dw", "actor_rollout_ref.rollout.n=4"])
+    metrics: dict = {}
+    trainer._compute_advantage(batch, metrics)
+
+    reference = HADWEstimator()
+    expected = reference.compute(
+        padded(finals, "rm_scores").sum(-1), np.array([r["uid"] for r in finals], dtype=object)
+    )  # one row per session
+    session_value = {(r["uid"], r["session_id"]): float(expected[i]) for i, r in enumerate(finals)}
+    written = tq.kv_batch_get(keys=batch.keys, partition_id="multi-hadw", select_fields=["advantages", "uid"])
+    keys = list(batch.keys)
+    for key, advantages in zip(keys, written["advantages"].unbind(), strict=True):
+        uid, session, _ = key.rsplit("_", 2)
+        torch.testing.assert_close(advantages, torch.full_like(advantages, session_value[(uid, int(session))]),
+                                   rtol=1e-6, atol=1e-7)  # fmt: skip
+    assert metrics["ha_dw/batch_acc"] == pytest.approx(reference.metrics["ha_dw/batch_acc"])
+    assert runtime._COMPANIONS["ha_dw"][1].history.tolist() == reference.history.tolist()

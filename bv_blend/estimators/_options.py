@@ -1,0 +1,81 @@
+"""Validation helpers shared by the companion methods' frozen configs (HA-DW, MaxNorm-AC, NTF).
+
+Each config names its verl section (``algorithm.ha_dw`` ...) in :attr:`OptionsMixin.SECTION`, so that every error
+says which option of the user's config is wrong and what would be right.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+Options = TypeVar("Options", bound="OptionsMixin")
+
+
+class OptionsMixin:
+    """``from_mapping`` (unknown keys are errors, by name) and ``to_dict`` for a frozen dataclass config."""
+
+    SECTION: ClassVar[str] = ""  # where the options live in a verl config, e.g. "algorithm.ha_dw"
+
+    @classmethod
+    def from_mapping(cls: type[Options], options: Mapping[str, Any] | None) -> Options:
+        """Build from a dict or an OmegaConf node converted to one; a misspelt key is an error, not a default."""
+        options = dict(options or {})
+        known = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown option(s) {cls.SECTION}.{{{', '.join(unknown)}}}. Known options: {sorted(known)}. "
+                "Check the spelling."
+            )
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only (tuples become lists), so the dict round-trips through OmegaConf and torch.save."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in dataclasses.asdict(self).items()  # type: ignore[call-overload]
+        }
+
+
+def require(condition: bool, section: str, name: str, value: Any, why: str) -> None:
+    if not condition:
+        raise ValueError(f"{section}.{name}={value!r} is invalid: it {why}.")
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float (bools are not numbers here)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def check_number(section: str, name: str, value: Any) -> None:
+    require(is_number(value), section, name, value, "must be a finite number")
+
+
+def check_int(section: str, name: str, value: Any, minimum: int) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+    require(ok, section, name, value, f"must be an int >= {minimum}")
+
+
+def check_choice(section: str, name: str, value: Any, choices: Sequence[str]) -> None:
+    require(value in choices, section, name, value, f"must be one of {', '.join(choices)}")
+
+
+def check_bool(section: str, name: str, value: Any) -> None:
+    require(isinstance(value, bool), section, name, value, "must be true or false")
+
+
+def reward_range(section: str, value: Any) -> tuple[float, float]:
+    """``[lo, hi]`` as a tuple of floats with lo < hi, both finite; an OmegaConf ListConfig works too."""
+    try:
+        lo, hi = value
+    except (TypeError, ValueError):
+        lo = hi = None
+    ok = is_number(lo) and is_number(hi) and lo < hi
+    require(ok, section, "reward_range", value, "must be [lo, hi] with finite lo < hi (the reward's declared range)")
+    return float(lo), float(hi)
+
+
+__all__ = ["OptionsMixin", "check_bool", "check_choice", "check_int", "check_number", "require", "reward_range"]

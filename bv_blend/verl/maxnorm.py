@@ -1,0 +1,75 @@
+"""The function verl calls for ``algorithm.adv_estimator=maxnorm_ac``, and its options.
+
+MaxNorm-AC with the Reward-Resolution Protocol (arXiv 2609.19164; companions spec section 3): group-relative
+numerators of binned rewards divided by their largest magnitude, floored at tau, so |A| <= 1. The math is
+:class:`bv_blend.estimators.MaxNormAC`; this module reads its options from ``algorithm.maxnorm`` and holds the
+process's estimator. It has no state, so no checkpoint file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from bv_blend.estimators import MaxNormAC, MaxNormConfig
+from bv_blend.verl import runtime
+from bv_blend.verl.multi_output import outcome_advantages
+from bv_blend.verl.options import section_options
+
+ESTIMATOR_NAME = "maxnorm_ac"
+OPTIONS_NAME = "maxnorm"  # the options live under algorithm.maxnorm (the spec's name)
+SECTION = f"algorithm.{OPTIONS_NAME}"
+ESTIMATOR_KEYS = frozenset(f.name for f in dataclasses.fields(MaxNormConfig))
+
+
+def defaults() -> dict[str, Any]:
+    """Every ``algorithm.maxnorm`` key with its default (what ``configs/paper/maxnorm_rloo.yaml`` declares)."""
+    return MaxNormConfig().to_dict()
+
+
+def read_options(algorithm_config: Any) -> MaxNormConfig:
+    """Validate ``algorithm.maxnorm``; absent keys take their defaults.
+
+    Raises:
+        ValueError: an unknown key (named, with the known ones), or an invalid value (named).
+    """
+    return MaxNormConfig.from_mapping(section_options(algorithm_config, OPTIONS_NAME))
+
+
+def estimator_for(algorithm_config: Any) -> MaxNormAC:
+    """The process's MaxNorm-AC estimator for these options, built on first use."""
+    config = read_options(algorithm_config)
+    return runtime.process_object(ESTIMATOR_NAME, config, lambda: MaxNormAC(config))
+
+
+def compute_maxnorm_ac_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MaxNorm-AC outcome advantages: u / max(max |u|, tau) per group, u the (RLOO or centred) numerator of the
+    binned rewards; groups with one row or all rows in one reward bin get 0.
+
+    Args:
+        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
+        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0.
+        index: (bs,) prompt uids (the groups); uids starting with "pad" are padding.
+        config: verl's ``config.algorithm``; options are read from its ``maxnorm`` sub-node.
+
+    Returns:
+        advantages and returns, both (bs, response_length) (equal, as for RLOO), in [-1, 1].
+    """
+    if index is None:
+        raise ValueError("maxnorm_ac groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
+    estimator = estimator_for(config)
+    advantages = outcome_advantages(estimator.compute, token_level_rewards, response_mask, index)
+    runtime.record_metrics(estimator.metrics)
+    return advantages, advantages
+
+
+__all__ = ["ESTIMATOR_NAME", "compute_maxnorm_ac_advantage", "defaults", "estimator_for", "read_options"]

