@@ -128,10 +128,11 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
 
 
 # ---------------------------------------------------------------------------------------------------- running
-def _follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threading.Event) -> None:
-    """Calls ``on_step`` with the last training step verl has logged, until ``stop`` is set."""
+def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threading.Event,
+                 poll_s: float = 3.0) -> None:
+    """Calls ``on_step`` with the last training step verl has logged, each time it grows, until ``stop`` is set."""
     last = 0
-    while not stop.wait(3.0):
+    while not stop.wait(poll_s):
         try:
             lines = metrics_path.read_text().splitlines()
         except OSError:
@@ -154,7 +155,7 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     an interrupt reaches run_trainer, which then stops every process of the run."""
     folder = fresh_run_dir(out, spec)
     stop = threading.Event()
-    follower = threading.Thread(target=_follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
+    follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
     follower.start()
     started = time.time()
     try:

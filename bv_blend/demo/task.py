@@ -54,11 +54,22 @@ class Family:
         template = rng.choice(self.templates)
         return self._problem(template, rng.randint(*self.a_range), rng.randint(*self.b_range))
 
+    @property
+    def size(self) -> int:
+        """The number of distinct problems (wordings x values of a x values of b)."""
+        return len(self.templates) * (self.a_range[1] - self.a_range[0] + 1) * (self.b_range[1] - self.b_range[0] + 1)
+
+    def problem_at(self, index: int) -> Problem:
+        """The ``index``-th distinct problem, 0 <= index < size, in a fixed order."""
+        b_count = self.b_range[1] - self.b_range[0] + 1
+        a_count = self.a_range[1] - self.a_range[0] + 1
+        rest, b = divmod(index, b_count)
+        template, a = divmod(rest, a_count)
+        return self._problem(self.templates[template], self.a_range[0] + a, self.b_range[0] + b)
+
     def space(self) -> list[Problem]:
         """Every distinct problem of the family, in a fixed order."""
-        return [self._problem(t, a, b) for t in self.templates
-                for a in range(self.a_range[0], self.a_range[1] + 1)
-                for b in range(self.b_range[0], self.b_range[1] + 1)]
+        return [self.problem_at(i) for i in range(self.size)]
 
 
 # From easy to hard for a 2-layer model: copying, few facts to memorise, more facts, times tables, carrying sums.
@@ -84,7 +95,8 @@ def make_problems(n: int, seed: int, exclude: Collection[str] = ()) -> list[Prob
     """
     excluded = set(exclude)
     for family in FAMILIES.values():
-        if all(p.question in excluded for p in family.space()):
+        # only a family with no more prompts than the exclusion list can be excluded whole
+        if family.size <= len(excluded) and all(p.question in excluded for p in family.space()):
             raise ValueError(f"every prompt of family '{family.name}' is excluded; hold out fewer prompts")
     rng = random.Random(seed)
     families = list(FAMILIES.values())
@@ -100,24 +112,21 @@ def make_problems(n: int, seed: int, exclude: Collection[str] = ()) -> list[Prob
 def held_out_problems(n: int, seed: int) -> list[Problem]:
     """``n`` distinct problems, evenly over the families (round robin): the validation split.
 
-    Each family's whole space is shuffled with ``seed`` and dealt from the top, so the split never repeats a
-    prompt and is the same for every use of the seed.
+    Each family's prompts are drawn without replacement from its whole space with ``seed``, so the split never
+    repeats a prompt and is the same for every use of the seed.
     """
     rng = random.Random(seed)
-    decks = []
-    for family in FAMILIES.values():
-        deck = family.space()
-        rng.shuffle(deck)
-        decks.append(deck)
-    per_family = [n // len(decks) + (i < n % len(decks)) for i in range(len(decks))]
-    for family, deck, k in zip(FAMILIES, decks, per_family, strict=True):
+    families = list(FAMILIES.values())
+    per_family = [n // len(families) + (i < n % len(families)) for i in range(len(families))]
+    chosen = []
+    for family, k in zip(families, per_family, strict=True):
         # keep at least half of a family's prompts for training, so that the family is still trained on
-        if k > len(deck) // 2:
-            raise ValueError(f"{n} held-out prompts take {k} of family '{family}', which has only {len(deck)}; "
-                             f"use at most {len(deck) // 2 * len(decks)}")
-    chosen = [deck[:k] for deck, k in zip(decks, per_family, strict=True)]
+        if k > family.size // 2:
+            raise ValueError(f"{n} held-out prompts take {k} of family '{family.name}', which has only "
+                             f"{family.size}; use at most {min(f.size for f in families) // 2 * len(families)}")
+        chosen.append([family.problem_at(i) for i in rng.sample(range(family.size), k)])
     # interleave the families, so that the first rows of the file cover every family
-    return [chosen[f][i] for i in range(max(per_family)) for f in range(len(decks)) if i < per_family[f]]
+    return [chosen[f][i] for i in range(max(per_family)) for f in range(len(families)) if i < per_family[f]]
 
 
 def assert_disjoint(train_questions: Collection[str], val_questions: Collection[str]) -> None:
