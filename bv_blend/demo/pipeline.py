@@ -9,6 +9,7 @@ scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its mul
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -96,6 +97,17 @@ def build_clusters(s: DemoSettings, train: Path) -> tuple[Path, Path]:
     return result.codebook_path, result.annotated_paths[0]
 
 
+def clusters_per_family(annotated_train: Path) -> dict[str, dict[int, int]]:
+    """How many training rows of each family went to each cluster: how well clusters follow the task families."""
+    from bv_blend.codebook import CLUSTER_KEY
+
+    counts: dict[str, dict[int, int]] = {}
+    for info in pd.read_parquet(annotated_train, columns=["extra_info"])["extra_info"]:
+        per_cluster = counts.setdefault(info["family"], {})
+        per_cluster[int(info[CLUSTER_KEY])] = per_cluster.get(int(info[CLUSTER_KEY]), 0) + 1
+    return {family: dict(sorted(c.items())) for family, c in counts.items()}
+
+
 def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
     """Task, warmed-up model and codebook in ``s.work_dir``; with ``reuse``, a finished preparation made with the
     same settings (``prepared.json``) is taken as it is."""
@@ -123,6 +135,8 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
     assert_disjoint(read_questions(annotated_train), held_out)
     print(f"[demo] held-out split: {len(held_out)} validation prompts, none among the "
           f"{len(set(read_questions(annotated_train)))} distinct training prompts")
+    print("[demo] training rows per cluster, by family: " + "; ".join(
+        f"{family} {clusters}" for family, clusters in clusters_per_family(annotated_train).items()))
     saved = {"key": s.preparation_key(), "model": str(model), "train": str(annotated_train), "val": str(val),
              "codebook": str(codebook), "warmup_pass_rates": rates}
     marker.write_text(json.dumps(saved, indent=2))
@@ -174,10 +188,15 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
 
 
 def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, **run: int | None) -> Path:
-    """One verl run into ``run_dir`` (log, metrics JSONL, rollout and validation dumps); raises if it fails."""
+    """One verl run into ``run_dir`` (log, metrics JSONL, rollout and validation dumps); raises if it fails.
+
+    The folder is emptied first: dumps of an earlier, longer run would otherwise be read as this run's.
+    """
     from bv_blend.verl.cpu.launch import run_trainer
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
     started = time.time()
     log = run_dir / "verl.log"
     rc = run_trainer(verl_overrides(s, method, prepared, run_dir, **run), log_path=log,

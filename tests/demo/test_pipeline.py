@@ -59,3 +59,14 @@ def test_warmup_refuses_a_format_share_outside_0_1():
     with pytest.raises(ValueError, match="format_share=0.0 must be in"):
         supervised_warmup(model=None, tokenizer=None, steps=1, format_share=0.0)
 
+
+
+def test_clusters_per_family_counts_annotated_rows(tmp_path):
+    import pandas as pd
+
+    from bv_blend.codebook import CLUSTER_KEY
+    from bv_blend.demo.pipeline import clusters_per_family
+
+    rows = [("echo", 0), ("echo", 3), ("echo", 0), ("big_sum", 6)]
+    pd.DataFrame({"extra_info": [{"family": f, CLUSTER_KEY: c} for f, c in rows]}).to_parquet(tmp_path / "t.parquet")
+    assert clusters_per_family(tmp_path / "t.parquet") == {"echo": {0: 2, 3: 1}, "big_sum": {6: 1}}
