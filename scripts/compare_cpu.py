@@ -61,12 +61,21 @@ def main(argv: list[str] | None = None) -> None:
     todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
     prepared = prepare(s, reuse=True)
+    failed = []
     with tqdm(total=len(a.specs), initial=len(a.specs) - len(todo), desc="runs", unit="run", position=0) as runs:
         for spec in todo:
             runs.set_postfix_str(spec.name)
             with tqdm(total=a.steps, desc=f"  {spec.name}", unit="step", position=1, leave=False) as steps:
-                compare.run_one(s, prepared, a.out, spec, key, on_step=lambda step: steps.update(step - steps.n))
+                try:
+                    compare.run_one(s, prepared, a.out, spec, key, on_step=lambda step: steps.update(step - steps.n))
+                except RuntimeError as e:  # a failed verl run: the others still run; a rerun retries this one
+                    failed.append(spec.name)
+                    tqdm.write(f"[compare] {spec.name} failed: {e}")
+                    continue
             runs.update(1)
+    if failed:
+        sys.exit(f"[compare] {len(failed)} run(s) failed: {', '.join(failed)}. Their logs say why; run the same "
+                 "command again to retry them (finished runs are kept). No results were written.")
     results = [compare.load_result(a.out, spec, key) for spec in a.specs]
     png = a.docs.with_name(a.docs.stem + "_cpu.png")
     compare.plot_comparison(results, png)

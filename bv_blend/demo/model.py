@@ -80,7 +80,7 @@ def build_model(spec: TinyModelSpec, tokenizer: PreTrainedTokenizerFast) -> Qwen
 
 
 def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> Path:
-    """A checkpoint folder that verl (FSDP) and vLLM both load; fp32 weights, rollouts cast to bf16."""
+    """A checkpoint folder that verl (FSDP) and vLLM both load, in fp32 (configs/cpu_tiny.yaml keeps rollouts fp32)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)
     model.save_pretrained(out_dir)
