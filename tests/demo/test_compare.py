@@ -220,3 +220,23 @@ def test_script_refuses_an_out_folder_made_with_other_settings(tmp_path, monkeyp
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("prepared before checking the out folder"))
     with pytest.raises(ValueError, match="was made with other settings"):
         script.main(["--out", str(out), "--methods", "grpo", "--group-sizes", "4", "--seeds", "0"])
+
+
+def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_path, monkeypatch, capsys):
+    script = _script()
+    ran = []
+
+    def run_one(s, prepared, out, spec, key, on_step):
+        ran.append(spec.name)
+        if spec.method == "grpo":
+            raise RuntimeError("verl's trainer failed for grpo (exit 1)")
+        compare.fresh_run_dir(out, spec)
+        compare.save_result(out, spec, {"spec": {}, "settings": {}})
+
+    monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
+    monkeypatch.setattr(compare, "run_one", run_one)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SystemExit, match=r"1 run\(s\) failed: grpo_n4_seed0.*run the same command again"):
+        script.main(["--out", str(tmp_path / "out"), "--group-sizes", "4", "--seeds", "0",
+                     "--docs", str(tmp_path / "bench.md")])
+    assert ran == ["grpo_n4_seed0", "bv_blend_n4_seed0"] and not (tmp_path / "bench.md").exists()
