@@ -1,18 +1,25 @@
 """`BVBlendConfig`: the estimator's parameters, their defaults and their validation.
 
 The names and defaults follow ``docs/estimator.md`` (section 5 of the spec). Values the paper does not
-state (``temperature``, ``n0``, ``v_prior``, ``delta_n``) are our documented choices.
+state (``temperature``, ``n0``, ``v_prior``, ``delta_n``, and the stability options ``variance_floor`` and
+``max_abs_advantage`` of spec 5 step 8) are our documented choices. ``variance_floor="none"`` with
+``max_abs_advantage=None`` is the paper's method exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 WEIGHT_MODES = ("sem", "fixed", "neff", "sigma")
+VARIANCE_FLOORS = ("prior", "none")
+AUTO = "auto"
+# Options added after states were first saved, with the value that reproduces how such a state was computed:
+# before variance_floor existed, no floor was applied.
+ADDED_OPTIONS: dict[str, Any] = {"variance_floor": "none"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,11 @@ class BVBlendConfig:
         delta_n: floor on the effective sample size inside the SEM, so a young cluster is not over-trusted.
         weight_mode: ``sem`` (the method), or the ablations ``fixed``, ``neff`` and ``sigma``.
         fixed_weight: the weight of mode ``fixed`` (paper ablation: 0.5).
-        max_abs_advantage: optional clip of the sequence advantage; ``None`` (default) is no clip.
+        max_abs_advantage: clip of the sequence advantage: ``"auto"`` (default) clips each group at
+            max(5, (n_g - 1) / sqrt(n_g)), which never changes a group without history; a positive number clips
+            every row at it; ``None`` is no clip (the paper).
+        variance_floor: ``"prior"`` (default): the historical variance is at least V_prior / max(N_k, delta_N)
+            wherever it is used; ``"none"``: v_k = m2 - m1^2 as in the paper.
         sync_across_ranks: all-reduce the per-call sufficient statistics when torch.distributed runs
             with more than one rank.
     """
@@ -41,7 +52,8 @@ class BVBlendConfig:
     delta_n: float = 1.0
     weight_mode: str = "sem"
     fixed_weight: float = 0.5
-    max_abs_advantage: float | None = None
+    max_abs_advantage: float | str | None = AUTO
+    variance_floor: str = "prior"
     sync_across_ranks: bool = True
 
     def __post_init__(self) -> None:
@@ -62,10 +74,16 @@ class BVBlendConfig:
             f"must be one of {', '.join(WEIGHT_MODES)}",
         )
         _require(0.0 <= self.fixed_weight <= 1.0, "fixed_weight", self.fixed_weight, "must be in [0, 1]")
-        if self.max_abs_advantage is not None:
+        if self.max_abs_advantage not in (None, AUTO):
             value = self.max_abs_advantage
             ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and math.isfinite(value)
-            _require(ok, "max_abs_advantage", value, "must be a finite number > 0, or None for no clip")
+            _require(ok, "max_abs_advantage", value, "must be 'auto', a finite number > 0, or None for no clip")
+        _require(
+            self.variance_floor in VARIANCE_FLOORS,
+            "variance_floor",
+            self.variance_floor,
+            f"must be one of {', '.join(VARIANCE_FLOORS)}",
+        )
         _require(
             isinstance(self.sync_across_ranks, bool), "sync_across_ranks", self.sync_across_ranks, "must be a bool"
         )
@@ -88,6 +106,47 @@ class BVBlendConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def options_as_saved(saved: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A saved config's options, with every option it predates set to the value it was computed with."""
+    saved = dict(saved or {})
+    return {**{name: value for name, value in ADDED_OPTIONS.items() if name not in saved}, **saved}
+
+
+def predates(saved: Mapping[str, Any] | None) -> list[str]:
+    """The options a saved config was written before (empty for a config of this version)."""
+    return [name for name in ADDED_OPTIONS if name not in (saved or {})]
+
+
+def config_mismatch(
+    saved: Mapping[str, Any] | None, current: Mapping[str, Any], spell: Callable[[str, Any], str]
+) -> str | None:
+    """``None`` when a saved state's options equal ``current``; else the end of an error message that names each
+    change and the options that continue the state exactly as it was computed (``spell(name, value)`` writes one
+    option in the caller's syntax: Python keywords, hydra overrides)."""
+    as_saved = options_as_saved(saved)
+    changed = config_changes(as_saved, current)
+    if not changed:
+        return None
+    note = ""
+    if older := predates(saved):
+        computed = ", ".join(f"{name}={as_saved[name]!r}" for name in older)
+        note = (
+            f" The state was saved before the option(s) {older} existed, so it was computed with {computed}"
+            " (the paper's literal formulas when max_abs_advantage is None too)."
+        )
+    restore = " ".join(spell(name, values[0]) for name, values in changed.items())
+    return f"another config (saved, current): {changed}.{note} To continue it exactly as it was computed, set {restore}"
+
+
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{option: (saved, current)}`` for every option whose value differs; an absent option reads as ``None``."""
+    return {
+        name: (saved.get(name), current.get(name))
+        for name in sorted(set(saved) | set(current))
+        if saved.get(name) != current.get(name)
+    }
 
 
 def _require(condition: bool, name: str, value: Any, why: str) -> None:

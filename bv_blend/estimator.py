@@ -1,53 +1,75 @@
-"""`BVBlendEstimator`: the BV-Blend advantage, exactly as docs/estimator.md (the spec) defines it.
+"""`BVBlendEstimator`: the BV-Blend advantage, exactly as the spec defines it (docs/estimator.md).
 
 One call, for rows i in groups g of clusters k (section numbers are the spec's):
 
+    (3)   mean_g, std_g^2 over the group's valid rows (unbiased; std_g = 0 for a single row)
+    (5.8) v_k   = max(m2_k - m1_k^2, V_prior / max(N_k, delta_N))     (variance_floor="prior"; "none": no floor)
     (5.1) w_k   = exp(-SEM_k / T),  SEM_k = sqrt(v_k / max(N_k, delta_N));  w = 0 for unseen clusters or c = -1
     (5.2) b_g   = w m1_k + (1 - w) mean_g
           s_g^2 = w v_k  + (1 - w) std_g^2
           A_i   = (R_i - b_g) / (s_g + eps)
+    (5.8) |A_i| <= max(5, (n_g - 1) / sqrt(n_g))                         (max_abs_advantage="auto"; or a number)
     (5.5) S1_k, S2_k, n_k over the call's valid rows, all-reduced across ranks
     (5.6, 5.7) cold start, then the EMA update of (N, m1, m2)
 
 The advantages use the history of earlier calls only; the call's rewards are folded in afterwards.
-No Python loop runs over rows, groups or clusters.
-
-Tensors come in and go out, and the state is saved and synced as tensors, but the arithmetic in between is
-float64 numpy on the host, where verl computes advantages anyway. A call is a few dozen operations on vectors of
-G groups or K clusters; numpy does each in 1-4 us, torch in 2-11 us (scripts/bench_ops.py), and at verl's batch
-sizes that overhead, not the data, is the cost (docs/estimator.md, "Why the host arithmetic is numpy"). The inputs are
-checked and converted in bv_blend/inputs.py before anything here runs.
+No Python loop runs over rows, groups or clusters. Tensors come in and go out, and the state is saved and synced
+as tensors; the arithmetic in between is float64 numpy on the host (docs/estimator.md, "Speed"). The inputs are
+checked in bv_blend/inputs.py, and the call's sums and metrics are bv_blend/call_sums.py's.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from bv_blend.config import BVBlendConfig
+from bv_blend.call_sums import DEGENERATE, CallSums
+from bv_blend.config import AUTO, BVBlendConfig, config_mismatch, options_as_saved
 from bv_blend.grouping import GroupIds
-from bv_blend.inputs import TOO_LARGE, Batch, bool_mask, check_inputs, nonempty_rows
-from bv_blend.moments import ClusterMoments, all_reduce, cluster_statistics, should_sync
+from bv_blend.host import all_true
+from bv_blend.inputs import TOO_LARGE, Batch, check_inputs, check_token_level
+from bv_blend.moments import ClusterMoments, cluster_statistics, should_sync
 
-STATE_FORMAT_VERSION = 1
-# Groups or rows below this are "degenerate" in the metrics of spec section 7.
-DEGENERATE = 1e-6
-# The metrics that are sums over groups or rows; reduced across ranks in one buffer with the statistics.
-_SUMMED = (
-    "groups",
-    "effective_groups",
-    "grpo_signal_groups",
-    "cold_start_groups",
-    "weight_sum",
-    "history_groups",
-    "hist_var_sum",
-    "rows",
-    "nonzero_rows",
-)  # the keys of the sums in _blend_and_update
+# 2: the config holds variance_floor. A format-1 state was computed without a variance floor.
+STATE_FORMAT_VERSION = 2
+READABLE_STATE_FORMATS = (1, 2)
+# max_abs_advantage="auto" clips a group of n rows at max(AUTO_CLIP_MIN, (n - 1) / sqrt(n)) (spec 5 step 8).
+AUTO_CLIP_MIN = 5.0
+
+
+class GroupStatistics(NamedTuple):
+    """Spec section 3: each group's statistics over its valid rows."""
+
+    sum: np.ndarray  # (G,) S1_g
+    sum_sq: np.ndarray  # (G,) S2_g
+    rows: np.ndarray  # (G,) n_g
+    mean: np.ndarray  # (G,) mean_g
+    var: np.ndarray  # (G,) std_g^2, unbiased (n_g - 1), 0 for a single row
+
+
+def group_statistics(batch: Batch) -> GroupStatistics:
+    codes, num_groups = batch.codes, batch.num_groups
+    rows = np.bincount(codes, weights=batch.valid, minlength=num_groups)
+    total = np.bincount(codes, weights=batch.reward, minlength=num_groups)  # invalid rows hold reward 0
+    total_sq = np.bincount(codes, weights=batch.reward * batch.reward, minlength=num_groups)
+    mean = total / np.maximum(rows, 1.0)
+    var = np.maximum((total_sq - total * mean) / np.maximum(rows - 1.0, 1.0), 0.0)
+    return GroupStatistics(total, total_sq, rows, mean, var)
+
+
+class Blend(NamedTuple):
+    """Spec 5.1-5.3: what each group takes from its cluster's history, and the advantage of each row."""
+
+    weight: np.ndarray  # (G,) w, 0 for a group without history
+    has_history: np.ndarray  # (G,) bool: the group's cluster was seen before this call
+    hist_var: np.ndarray  # (G,) v_k of the group's cluster (floored)
+    floor_raised: np.ndarray  # (G,) bool: the variance floor raised that v_k
+    scale: np.ndarray  # (G,) s_g
+    advantage: np.ndarray  # (B,) A_i, 0 on invalid rows
 
 
 class BVBlendEstimator:
@@ -107,9 +129,15 @@ class BVBlendEstimator:
         out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
         if batch.codes.size == 0 and not sync:
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
-            self.metrics = self._empty_metrics()
+            self.metrics = CallSums.zeros(self.num_clusters).metrics(np.count_nonzero(self.moments.seen))
             return torch.zeros(0, dtype=out_dtype, device=out_device)
-        advantage = self._blend_and_update(batch, sync)
+
+        groups = group_statistics(batch)
+        blend = self._blend(batch, groups)
+        sums = self._sums(batch, groups, blend)
+        self._commit(sums.all_reduce() if sync else sums)
+
+        advantage = blend.advantage
         advantage = torch.from_numpy(advantage.astype(np.float32) if out_dtype == torch.float32 else advantage)
         return advantage if out_device is None else advantage.to(out_device)
 
@@ -120,124 +148,74 @@ class BVBlendEstimator:
         group_ids: GroupIds,
         cluster_ids: torch.Tensor | np.ndarray,
         valid: torch.Tensor | np.ndarray | None = None,
+        source_rows: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask.
 
         The sequence reward is the sum of token rewards, and the advantage is broadcast over the response
         tokens, as in verl's GRPO. Rows with an all-zero mask are padding.
+
+        Args:
+            source_rows: optional (B,) row indices: row i takes the advantage of row ``source_rows[i]``, and only
+                rows that are their own source count in the statistics (verl's multi-output agent sessions, where
+                only each session's final output counts).
         """
         try:
-            if token_level_rewards.shape != response_mask.shape or response_mask.dim() != 2:
-                raise ValueError(
-                    f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-                    f"{tuple(response_mask.shape)} must both be (batch, response_length)."
-                )
-            if response_mask.shape[1] == 0:
-                raise ValueError("response_mask has no columns: a batch needs at least one response token per row.")
-            nonempty = nonempty_rows(response_mask)
-            if valid is not None:
-                valid = bool_mask(valid)
-                if valid.shape != nonempty.shape:
-                    raise ValueError(f"valid has shape {valid.shape}; it needs one entry per row, {nonempty.shape}.")
-                nonempty = nonempty & valid
+            counted = check_token_level(token_level_rewards, response_mask, valid, source_rows)
         except (ValueError, TypeError):
             self._reject_together()
             raise
-        rewards = token_level_rewards.sum(dim=-1)
-        advantages = self.compute(rewards, group_ids, cluster_ids, valid=nonempty).unsqueeze(-1) * response_mask
+        sequence = self.compute(token_level_rewards.sum(dim=-1), group_ids, cluster_ids, valid=counted)
+        if source_rows is not None:
+            sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
+        advantages = sequence.unsqueeze(-1) * response_mask
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _blend_and_update(self, batch: Batch, sync: bool) -> np.ndarray:
-        cfg, num_clusters = self.config, self.num_clusters
-        reward, codes, valid = batch.reward, batch.codes, batch.valid
-        group_sum, group_sum_sq, group_rows = batch.group_sums
-        group_cluster = batch.group_cluster
+    def _blend(self, batch: Batch, groups: GroupStatistics) -> Blend:
+        cfg, moments = self.config, self.moments
 
-        # (3) Prompt-local statistics over valid rows: mean_g and the unbiased std_g^2 (0 for a single row).
-        group_mean = group_sum / np.maximum(group_rows, 1.0)
-        group_var = np.maximum((group_sum_sq - group_sum * group_mean) / np.maximum(group_rows - 1.0, 1.0), 0.0)
-
-        # (5.1) Confidence weight per cluster from the history before this call, gathered per group.
-        moments, cluster_variance = self.moments, self.moments.variance()
-        cluster_index = np.maximum(group_cluster, 0)
-        hist_mean, hist_var = moments.mean[cluster_index], cluster_variance[cluster_index]
-        group_has_history = (group_cluster >= 0) & moments.seen[cluster_index]
-        group_weight = self._cluster_weights(cluster_variance)[cluster_index] * group_has_history  # 0 if none
+        # (5.1) The confidence weight of each group's cluster, from the history before this call.
+        cluster_variance, floor_raised = self._history_variance()
+        cluster = np.maximum(batch.group_cluster, 0)
+        has_history = (batch.group_cluster >= 0) & moments.seen[cluster]
+        weight = self._cluster_weights(cluster_variance)[cluster] * has_history  # w = 0 without history
+        hist_mean, hist_var = moments.mean[cluster], cluster_variance[cluster]
 
         # (5.2) Blend baseline and variance; standardise.
-        local_weight = 1.0 - group_weight
-        baseline = group_weight * hist_mean + local_weight * group_mean
-        scale = np.sqrt(group_weight * hist_var + local_weight * group_var)
-        advantage = (reward - baseline[codes]) / (scale[codes] + cfg.epsilon)
-        # (5.3) Optional guard against extreme advantages; off by default, not in the paper.
-        if cfg.max_abs_advantage is not None:
-            advantage = np.clip(advantage, -cfg.max_abs_advantage, cfg.max_abs_advantage)
-        if valid is not None:
-            advantage = np.where(valid, advantage, 0.0)
+        local_weight = 1.0 - weight
+        baseline = weight * hist_mean + local_weight * groups.mean
+        scale = np.sqrt(weight * hist_var + local_weight * groups.var)
+        advantage = (batch.reward - baseline[batch.codes]) / (scale[batch.codes] + cfg.epsilon)
 
-        # (5.5) The call's sufficient statistics per cluster.
-        stats = cluster_statistics(group_cluster, batch.group_sums, num_clusters)
+        # (5.3, 5.8) Guard against extreme advantages (not in the paper).
+        bound = self._advantage_bound(batch, groups)
+        if bound is not None:
+            advantage = np.clip(advantage, -bound, bound)
+        advantage = np.where(batch.valid, advantage, 0.0)
+        return Blend(weight, has_history, hist_var, floor_raised[cluster] & has_history, scale, advantage)
 
-        # Metric sums ride along in the same all-reduce, so the metrics describe the global batch.
-        abs_advantage = np.abs(advantage)
-        groups, history_groups = np.count_nonzero(group_rows), np.count_nonzero(group_has_history)
-        summed = {
-            "groups": groups,
-            "effective_groups": np.count_nonzero(scale > DEGENERATE),
-            "grpo_signal_groups": np.count_nonzero(group_var > DEGENERATE**2),
-            "cold_start_groups": groups - history_groups,  # a group with history has rows
-            "weight_sum": group_weight.sum(),
-            "history_groups": history_groups,
-            "hist_var_sum": (hist_var * group_has_history).sum(),
-            "rows": group_rows.sum(),
-            "nonzero_rows": np.count_nonzero(abs_advantage > DEGENERATE),
-        }
-        abs_max = float(abs_advantage.max()) if advantage.size else 0.0
-        if sync:
-            stats, sums, abs_max, peer_failed = self._sync(stats, list(summed.values()), abs_max, failed=False)
-            if peer_failed:
-                raise ValueError(
-                    "Another rank's input for this call was rejected (its own error says why); no rank changed "
-                    "its BV-Blend state. Fix that input and call again on every rank."
-                )
-            summed = dict(zip(summed, sums, strict=True))
-        if np.count_nonzero(np.isfinite(stats)) != stats.size or not math.isfinite(abs_max):
-            # Finite rewards so large that their sums or the advantage overflow: refuse before the history
-            # is poisoned.
-            raise ValueError(TOO_LARGE)
-        # (5.6, 5.7) Fold into the history: every call with a valid row ages every cluster (an empty call or
-        # one of only padding rows is a no-op).
-        if summed["rows"] > 0:
-            self.moments.fold(stats)
-            self.num_updates += 1
-        self.metrics = self._metrics(summed, abs_max)
-        return advantage
+    def _history_variance(self) -> tuple[np.ndarray, np.ndarray]:
+        """(4, 5.8) v_k per cluster, and where the variance floor raised it.
 
-    def _reject_together(self) -> None:
-        """On a rank whose input was rejected: join the call's collectives with a failure flag, if ranks sync, so
-        that the other ranks raise too instead of waiting forever."""
-        if should_sync(self.config.sync_across_ranks):
-            self._sync(np.zeros((3, self.num_clusters)), [0.0] * len(_SUMMED), 0.0, failed=True)
-
-    @staticmethod
-    def _sync(
-        stats: np.ndarray, sums: list[float], abs_max: float, failed: bool
-    ) -> tuple[np.ndarray, list[float], float, bool]:
-        """A call's two collectives: one SUM of (stats, metric sums, failure flag), one MAX of the largest |A|.
-
-        A rank whose input was rejected joins with ``failed=True``, so that every rank learns of it in the
-        same call and none waits forever. Returns the global stats, sums, largest |A|, and whether any rank failed.
+        With ``variance_floor="prior"`` a cluster cannot look more certain than N_k samples of the prior variance
+        allow: v_k = max(m2_k - m1_k^2, V_prior / max(N_k, delta_N)).
         """
-        packed = torch.from_numpy(np.concatenate((stats.ravel(), np.array([*sums, float(failed)]))))
-        packed = all_reduce(packed).numpy()
-        global_abs_max = all_reduce(torch.tensor([abs_max], dtype=torch.float64), op=torch.distributed.ReduceOp.MAX)
-        return (
-            packed[: stats.size].reshape(stats.shape),
-            packed[stats.size : -1].tolist(),
-            float(global_abs_max[0]),
-            bool(packed[-1] > 0),
-        )
+        cfg, moments = self.config, self.moments
+        variance = moments.variance()
+        if cfg.variance_floor == "none":
+            return variance, np.zeros(variance.shape, dtype=bool)
+        floor = cfg.v_prior / np.maximum(moments.count, cfg.delta_n)
+        return np.maximum(variance, floor), variance < floor
+
+    def _advantage_bound(self, batch: Batch, groups: GroupStatistics) -> np.ndarray | float | None:
+        """(5.8) The largest |A| allowed, per row for ``"auto"``: max(5, (n_g - 1) / sqrt(n_g)), the largest |A|
+        that GRPO's standardisation can give a group of n_g rows, so a group without history is never clipped."""
+        limit = self.config.max_abs_advantage
+        if limit != AUTO:
+            return limit
+        rows = groups.rows
+        return np.maximum(AUTO_CLIP_MIN, (rows - 1.0) / np.sqrt(np.maximum(rows, 1.0)))[batch.codes]
 
     def _cluster_weights(self, cluster_variance: np.ndarray) -> np.ndarray:
         """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
@@ -251,24 +229,46 @@ class BVBlendEstimator:
             return np.exp(-np.sqrt(cluster_variance) / cfg.temperature)
         return np.full_like(count, cfg.fixed_weight)
 
-    # ---------------------------------------------------------------------------------------------- metrics
-    def _metrics(self, sums: dict[str, Any], abs_max: float) -> dict[str, float]:
-        sums = {name: float(value) for name, value in sums.items()}  # numpy scalars become plain floats
-        groups, rows, history = max(sums["groups"], 1.0), max(sums["rows"], 1.0), sums["history_groups"]
-        return {
-            "bv_blend/effective_signal_ratio": sums["effective_groups"] / groups,
-            "bv_blend/grpo_signal_ratio": sums["grpo_signal_groups"] / groups,
-            "bv_blend/zero_variance_group_ratio": (sums["groups"] - sums["grpo_signal_groups"]) / groups,
-            "bv_blend/nonzero_advantage_ratio": sums["nonzero_rows"] / rows,
-            "bv_blend/weight_mean": sums["weight_sum"] / groups,
-            "bv_blend/cold_start_group_ratio": sums["cold_start_groups"] / groups,
-            "bv_blend/clusters_seen": float(np.count_nonzero(self.moments.seen)),
-            "bv_blend/hist_var_mean": sums["hist_var_sum"] / history if history > 0 else 0.0,
-            "bv_blend/abs_advantage_max": abs_max,
-        }
+    # ----------------------------------------------------------------------------------- sums and commit
+    def _sums(self, batch: Batch, groups: GroupStatistics, blend: Blend) -> CallSums:
+        """(5.5) The call's per-cluster statistics, and the counts behind its metrics (spec 7)."""
+        abs_advantage = np.abs(blend.advantage)
+        group_sums = (groups.sum, groups.sum_sq, groups.rows)
+        return CallSums(
+            cluster_stats=cluster_statistics(batch.group_cluster, group_sums, self.num_clusters),
+            groups=np.count_nonzero(groups.rows),
+            effective_groups=np.count_nonzero(blend.scale > DEGENERATE),
+            grpo_signal_groups=np.count_nonzero(groups.var > DEGENERATE**2),
+            history_groups=np.count_nonzero(blend.has_history),
+            floor_active_groups=np.count_nonzero(blend.floor_raised),
+            weight_sum=blend.weight.sum(),
+            hist_var_sum=(blend.hist_var * blend.has_history).sum(),
+            rows=groups.rows.sum(),
+            nonzero_rows=np.count_nonzero(abs_advantage > DEGENERATE),
+            abs_advantage_max=abs_advantage.max() if abs_advantage.size else 0.0,
+        )
 
-    def _empty_metrics(self) -> dict[str, float]:
-        return self._metrics(dict.fromkeys(_SUMMED, 0.0), 0.0)
+    def _commit(self, sums: CallSums) -> None:
+        """(5.6, 5.7) Fold the call into the history and keep its metrics, unless a rank failed or it overflows."""
+        if sums.failed:
+            raise ValueError(
+                "Another rank's input for this call was rejected (its own error says why); no rank changed "
+                "its BV-Blend state. Fix that input and call again on every rank."
+            )
+        if not all_true(np.isfinite(sums.cluster_stats)) or not math.isfinite(sums.abs_advantage_max):
+            # Finite rewards so large that the sums or the advantages overflow: refuse before the history is poisoned.
+            raise ValueError(TOO_LARGE)
+        # Every call with a valid row ages every cluster; an empty call, or one of only padding rows, is a no-op.
+        if sums.rows > 0:
+            self.moments.fold(sums.cluster_stats)
+            self.num_updates += 1
+        self.metrics = sums.metrics(np.count_nonzero(self.moments.seen))
+
+    def _reject_together(self) -> None:
+        """On a rank whose input was rejected: join the call's collectives with a failure flag, if ranks sync, so
+        that the other ranks raise too instead of waiting forever."""
+        if should_sync(self.config.sync_across_ranks):
+            CallSums.zeros(self.num_clusters, failed=True).all_reduce()
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -290,14 +290,18 @@ class BVBlendEstimator:
     ) -> None:
         """Restore a state from :meth:`state_dict`; all checks run before anything changes.
 
+        A state saved before the stability options existed (format 1) was computed without a variance floor;
+        under the current defaults it is refused with a message that names the options to continue it exactly.
+
         Args:
-            allow_config_change: keep this estimator's config even if the state was saved under another one.
+            allow_config_change: keep this estimator's config even if the state was saved under another one (the
+                history carries over; only the formulas applied to it change).
             allow_num_clusters_change: adopt the state's K (this estimator is resized to it).
         """
-        if state.get("format_version") != STATE_FORMAT_VERSION:
+        if state.get("format_version") not in READABLE_STATE_FORMATS:
             raise ValueError(
                 f"Unsupported BV-Blend state format {state.get('format_version')!r}; "
-                f"this version reads format {STATE_FORMAT_VERSION}."
+                f"this version reads formats {READABLE_STATE_FORMATS}."
             )
         saved_k = state.get("num_clusters")
         if saved_k != self.num_clusters and not allow_num_clusters_change:
@@ -306,16 +310,12 @@ class BVBlendEstimator:
                 "it was made with another codebook. Use the run's original codebook, or pass "
                 "allow_num_clusters_change=True to adopt the saved K."
             )
-        saved_config = BVBlendConfig.from_mapping(state.get("config"))
-        if saved_config != self.config and not allow_config_change:
-            changed = {
-                k: (v, getattr(self.config, k))
-                for k, v in saved_config.to_dict().items()
-                if getattr(self.config, k) != v
-            }
+        BVBlendConfig.from_mapping(options_as_saved(state.get("config")))  # a valid config, or a clear error
+        mismatch = config_mismatch(state.get("config"), self.config.to_dict(), lambda name, value: f"{name}={value!r}")
+        if mismatch and not allow_config_change:
             raise ValueError(
-                f"The saved BV-Blend state was made with another config (saved, current): {changed}. "
-                "Restore the original options, or pass allow_config_change=True to keep the current ones."
+                f"The saved BV-Blend state was made with {mismatch} in BVBlendConfig, or pass "
+                "allow_config_change=True to continue its history under the current options."
             )
         num_updates = state.get("num_updates")
         if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 0:

@@ -1,8 +1,8 @@
 """Turn group ids as verl passes them (uuid strings in a numpy object array) or as tests pass them (ints)
 into contiguous integer codes, and spot verl's padding rows by their uid.
 
-Ids are factorised with ``pandas.factorize`` (a C hash table), which is 2-5x faster than sorting them with
-``np.unique`` (what verl's ``grpo_vectorized`` does) and is the largest single cost of a call on big batches.
+Ids are factorised with ``pandas.factorize`` (a hash table) rather than sorted with ``np.unique`` as verl's
+``grpo_vectorized`` does: on big batches it is the largest single cost of a call (docs/estimator.md, "Speed").
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+
+from bv_blend.host import any_true
 
 # verl's V1 trainer names the uid of each synthetic padding row f"pad{uuid4().hex}"
 # (verl/trainer/ppo/padding_utils.py, upsample_batch_to_divisible_size).
@@ -44,7 +46,7 @@ def factorize_groups(group_ids: GroupIds) -> tuple[np.ndarray, int, np.ndarray |
     if ids.dtype.kind in "fc":
         raise TypeError("group_ids must be strings or integers, got floats. Pass verl's uid array as it is.")
     codes, uniques = pd.factorize(ids, sort=False)
-    if np.count_nonzero(codes < 0):  # pandas codes a missing id as -1
+    if any_true(codes < 0):  # pandas codes a missing id as -1
         row = int(np.flatnonzero(codes < 0)[0])
         raise ValueError(
             f"group_ids must not be missing: row {row} holds {ids[row]!r}. Give every row its prompt's uid."
@@ -53,5 +55,10 @@ def factorize_groups(group_ids: GroupIds) -> tuple[np.ndarray, int, np.ndarray |
     if ids.dtype.kind in "iub":
         return codes, len(uniques), None
     # Test the G unique ids, not the B rows: a group has one id however many rows it has.
-    padding_unique = np.asarray(uniques).astype(f"U{len(PADDING_UID_PREFIX)}") == PADDING_UID_PREFIX
-    return codes, len(uniques), padding_unique[codes] if np.count_nonzero(padding_unique) else None
+    padding_unique = is_padding_uid(uniques)
+    return codes, len(uniques), padding_unique[codes] if any_true(padding_unique) else None
+
+
+def is_padding_uid(uids: np.ndarray | Sequence[Any]) -> np.ndarray:
+    """(N,) bool: which of ``uids`` name one of verl's synthetic padding rows (``pad<hex>``)."""
+    return np.asarray(uids).astype(f"U{len(PADDING_UID_PREFIX)}") == PADDING_UID_PREFIX

@@ -1,54 +1,36 @@
 """One call's inputs, as verl passes them, checked and turned into host arrays.
 
-Everything here runs before the estimator changes any state, so a bad call loses nothing. The hot path counts
-with ``np.count_nonzero`` rather than ``.any()``/``.all()``/``.min()``, and reads ``tensor.is_cpu`` rather than
-``tensor.device``: in a trainer this code is cold, and those take slower paths on first use (``python
-scripts/bench_ops.py`` measures both; docs/estimator.md, "Why the host arithmetic is numpy").
+Everything here runs before the estimator changes any state, so a bad call loses nothing. Nothing here
+computes a statistic: the estimator does, from the :class:`Batch` returned.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from bv_blend.grouping import GroupIds, factorize_groups
+from bv_blend.host import all_true, any_true, host_array
 
 NO_CLUSTER = -1
-# A reward above this in magnitude would overflow R^2 in float64.
-LARGEST_SQUARABLE = math.sqrt(np.finfo(np.float64).max)
 TOO_LARGE = "Rewards are too large: their squares or the advantages overflow. Rescale the reward."
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 class Batch(NamedTuple):
-    """One call's validated inputs as host arrays, and its per-group sums over valid rows."""
+    """One call's validated inputs as host arrays."""
 
-    reward: np.ndarray  # (B,) float64, 0 on invalid rows
-    codes: np.ndarray  # (B,) int64 group code of each row
-    valid: np.ndarray | None  # (B,) bool, or None when every row is valid
-    group_sums: tuple[np.ndarray, np.ndarray, np.ndarray]  # per group: S1, S2, valid row count
-    group_cluster: np.ndarray  # (G,) int64 cluster of each group, -1 for none
-
-
-def host_array(values: torch.Tensor | np.ndarray | Any) -> np.ndarray:
-    """A CPU numpy array of ``values``, without a copy when they already are one (or a CPU tensor).
-
-    Each step runs only when needed: on verl's CPU tensors this is one call, not four.
-    """
-    if not isinstance(values, torch.Tensor):
-        return np.asarray(values)
-    if values.requires_grad:
-        values = values.detach()
-    if not values.is_cpu:  # (`is_cpu` is cheap; `.device` builds a Python object every time)
-        values = values.cpu()
-    if values.dtype == torch.bfloat16:  # numpy has no bfloat16
-        values = values.float()
-    return values.numpy()
+    reward: np.ndarray  # (B,) float64, 0 on invalid rows (so junk there never reaches a sum)
+    valid: np.ndarray  # (B,) bool: False for padding rows
+    codes: np.ndarray  # (B,) int64 group code of each row, 0..G-1
+    num_groups: int  # G
+    group_cluster: np.ndarray  # (G,) int64 cluster of each group, -1 for none (or no valid row)
 
 
-def bool_mask(valid: torch.Tensor | np.ndarray | Any) -> np.ndarray:
+def bool_mask(valid: torch.Tensor | np.ndarray) -> np.ndarray:
     """``valid`` as a host bool array; an error naming the caller's dtype if it is not bool."""
     mask = host_array(valid)
     if mask.dtype != np.bool_:
@@ -75,69 +57,90 @@ def check_inputs(
             f"{clusters.shape}."
         )
     codes, num_groups, padding_uid = factorize_groups(group_ids)
-    if valid is not None:
-        valid = bool_mask(valid)
     rows = reward.shape[0]
-    if codes.shape[0] != rows or clusters.shape[0] != rows or (valid is not None and valid.shape != (rows,)):
+    valid = np.ones(rows, dtype=bool) if valid is None else bool_mask(valid)
+    if codes.shape[0] != rows or clusters.shape[0] != rows or valid.shape != (rows,):
         lengths = {
             "rewards": rows,
             "group_ids": codes.shape[0],
             "cluster_ids": clusters.shape[0],
-            "valid": rows if valid is None else valid.shape[0] if valid.ndim == 1 else -1,
+            "valid": valid.shape[0] if valid.ndim == 1 else -1,
         }
         raise ValueError(f"All inputs need one entry per row; got lengths {lengths}.")
     if padding_uid is not None:
-        valid = ~padding_uid if valid is None else valid & ~padding_uid
-    # From here on, valid is None when every row is valid, which skips every masking step.
-    if valid is not None and np.count_nonzero(valid) == rows:
-        valid = None
+        valid = valid & ~padding_uid
 
-    # Invalid rows become reward 0 with weight 0, so junk (even NaN) in padding rows never reaches a sum.
-    if valid is not None:
-        reward = np.where(valid, reward, 0.0)
-        group_rows = np.bincount(codes, weights=valid, minlength=num_groups)
-    else:
-        group_rows = np.bincount(codes, minlength=num_groups)  # int counts; the math promotes them
-    # NaN, inf, or a reward whose square would overflow: refuse it before squaring (`not <=` holds for NaN).
-    if reward.size and not np.abs(reward).max() <= LARGEST_SQUARABLE:
+    reward = np.where(valid, reward, 0.0)
+    _check_reward_size(reward)
+    return Batch(reward, valid, codes, num_groups, _group_clusters(codes, num_groups, clusters, valid, num_clusters))
+
+
+def _check_reward_size(reward: np.ndarray) -> None:
+    """NaN, inf, or rewards whose squares summed over the call would overflow float64 (`not <=` holds for NaN)."""
+    bound = math.sqrt(_FLOAT64_MAX / max(reward.size, 1))
+    if reward.size and not np.abs(reward).max() <= bound:
         non_finite = np.flatnonzero(~np.isfinite(reward))[:5].tolist()
         if non_finite:
-            raise ValueError(
-                f"Rewards must be finite; rows {non_finite} hold NaN or inf. Check the reward function."
-            )
-        raise ValueError(TOO_LARGE)
-    group_sum = np.bincount(codes, weights=reward, minlength=num_groups)
-    group_sum_sq = np.bincount(codes, weights=reward * reward, minlength=num_groups)
-    if np.count_nonzero(np.isfinite(group_sum_sq)) != num_groups:  # squares that fit, whose sum does not
+            raise ValueError(f"Rewards must be finite; rows {non_finite} hold NaN or inf. Check the reward function.")
         raise ValueError(TOO_LARGE)
 
-    counted = clusters if valid is None else clusters[valid]
-    if np.count_nonzero(counted < NO_CLUSTER) or np.count_nonzero(counted >= num_clusters):
+
+def _group_clusters(
+    codes: np.ndarray, num_groups: int, clusters: np.ndarray, valid: np.ndarray, num_clusters: int
+) -> np.ndarray:
+    """Each group's cluster: the one its valid rows carry (-1 for a group without any); they must agree."""
+    counted = clusters[valid]
+    if any_true(counted < NO_CLUSTER) or any_true(counted >= num_clusters):
         out_of_range = (clusters < NO_CLUSTER) | (clusters >= num_clusters)
-        row = int(np.flatnonzero(out_of_range if valid is None else out_of_range & valid)[0])
+        row = int(np.flatnonzero(out_of_range & valid)[0])
         raise ValueError(
             f"Cluster id {int(clusters[row])} (row {row}) is outside -1..{num_clusters - 1}: the data "
             f"was annotated with another codebook than this estimator's K={num_clusters}. Re-annotate it "
             "with scripts/build_codebook.py, or set num_clusters to the codebook's K."
         )
-    # Each group's cluster is the one its valid rows carry (-1 for a group without any): write every valid
-    # row's cluster into its group's slot, then check that each row agrees with what its group holds.
-    if valid is None:
-        group_cluster = np.empty(num_groups, dtype=np.int64)  # every group has a row to write its slot
-        group_cluster[codes] = clusters
-        disagrees = group_cluster[codes] != clusters
-    else:
-        group_cluster = np.full(num_groups, NO_CLUSTER, dtype=np.int64)
-        group_cluster[codes[valid]] = counted
-        disagrees = (group_cluster[codes] != clusters) & valid
-    if np.count_nonzero(disagrees):
+    # Write every valid row's cluster into its group's slot, then check that each row agrees with its group.
+    group_cluster = np.full(num_groups, NO_CLUSTER, dtype=np.int64)
+    group_cluster[codes[valid]] = counted
+    disagrees = (group_cluster[codes] != clusters) & valid
+    if any_true(disagrees):
         group = codes[np.flatnonzero(disagrees)[0]]
-        members = clusters[(codes == group) if valid is None else (codes == group) & valid]
+        members = clusters[(codes == group) & valid]
         raise ValueError(
             f"A prompt group mixes clusters {int(members.min())} and {int(members.max())}: all rows "
             "of one group (one uid) must carry their prompt's cluster id."
         )
-    return Batch(reward, codes, valid, (group_sum, group_sum_sq, group_rows), group_cluster)
+    return group_cluster
+
+
+def check_token_level(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    valid: torch.Tensor | np.ndarray | None,
+    source_rows: np.ndarray | None,
+) -> np.ndarray:
+    """Check the token-level face's tensors; return the rows that count: a non-empty response mask, ``valid``,
+    and their own source row."""
+    if token_level_rewards.shape != response_mask.shape or response_mask.dim() != 2:
+        raise ValueError(
+            f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must both be (batch, response_length)."
+        )
+    if response_mask.shape[1] == 0:
+        raise ValueError("response_mask has no columns: a batch needs at least one response token per row.")
+    counted = nonempty_rows(response_mask)
+    if valid is not None:
+        valid = bool_mask(valid)
+        if valid.shape != counted.shape:
+            raise ValueError(f"valid has shape {valid.shape}; it needs one entry per row, {counted.shape}.")
+        counted = counted & valid
+    if source_rows is not None:
+        rows = counted.shape[0]
+        if source_rows.shape != (rows,) or source_rows.dtype.kind not in "iu" or not all_true(
+            (source_rows >= 0) & (source_rows < rows)
+        ):
+            raise ValueError(f"source_rows must be {rows} row indices in 0..{rows - 1}, one per row.")
+        counted = counted & (source_rows == np.arange(rows))
+    return counted
 
 
 def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
@@ -150,11 +153,11 @@ def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     # On the CPU (verl's case) the host array is a free view; from elsewhere only the first column is copied.
     whole = response_mask.is_cpu and response_mask.dtype != torch.bfloat16
     nonempty = host_array(response_mask if whole else response_mask[:, :1])[:, 0] != 0
-    if np.count_nonzero(nonempty) != nonempty.size:
+    if not all_true(nonempty):
         starts_empty = np.flatnonzero(~nonempty)
         rows = torch.from_numpy(starts_empty).to(response_mask.device)
         nonempty[starts_empty] = host_array((response_mask[rows] != 0).any(dim=-1))
     return nonempty
 
 
-__all__ = ["NO_CLUSTER", "Batch", "bool_mask", "check_inputs", "host_array", "nonempty_rows"]
+__all__ = ["NO_CLUSTER", "TOO_LARGE", "Batch", "bool_mask", "check_inputs", "check_token_level", "nonempty_rows"]

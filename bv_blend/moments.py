@@ -10,9 +10,7 @@ ranks or groups are summed changes the result by rounding only (about 1e-16 rela
 
 The state is held as host (numpy) arrays and leaves as torch tensors: ``state_dict`` gives plain tensors for
 ``torch.save``, and the cross-rank sync is a ``torch.distributed`` all-reduce of a tensor that shares the
-statistics' memory. The arithmetic on the K-sized vectors is numpy because it is the same float64 math at a
-fraction of the cost: 1-4 us per operation on a small vector against 2-11 us for torch, and a call makes
-dozens of them (docs/estimator.md, "Why the host arithmetic is numpy").
+statistics' memory (why numpy: docs/estimator.md, "Speed").
 """
 
 from __future__ import annotations
@@ -23,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from bv_blend.host import any_true
 
 STATE_DTYPE = torch.float64
 # Rows of the (3, K) sufficient-statistics array.
@@ -99,7 +99,7 @@ class ClusterMoments:
         # worth n0 samples, so that one lucky batch cannot make it look certain.
         count, mean, second_moment = self.count, self.mean, self.second_moment
         first_sighting = ~self.seen & (batch_count > 0)
-        if np.count_nonzero(first_sighting):  # rare once every cluster has been seen
+        if any_true(first_sighting):  # rare once every cluster has been seen
             first_mean = batch_sum / np.maximum(batch_count, 1.0)
             count = np.where(first_sighting, self.n0, count)
             mean = np.where(first_sighting, first_mean, mean)

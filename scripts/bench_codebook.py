@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bv_blend.codebook import fit_codebook
-from bv_blend.encode import ClusterAssigner, EmbeddingCache, TextEncoder
+from bv_blend.codebook.encode import ClusterAssigner, EmbeddingCache, TextEncoder
 
 TEMPLATES = [
     "What is {a} + {b} * {c}?",
@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--assign-batches", type=int, default=30)
     parser.add_argument("--skip-encoding-ratio", action="store_true")
     args = parser.parse_args(argv)
+    for flag, value in (("--n", args.n), ("--ratio-n", args.ratio_n), ("--batch-size", args.batch_size),
+                        ("--assign-batches", args.assign_batches), *(("--ks", k) for k in args.ks)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}.")
+    if args.ratio_n > args.n or max(args.ks) > args.n:
+        parser.error(f"--ratio-n ({args.ratio_n}) and every --ks ({args.ks}) must be at most --n ({args.n}).")
 
     import torch
 

@@ -18,7 +18,6 @@ import uuid
 import numpy as np
 import torch
 from tqdm import tqdm
-from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 from bv_blend import BVBlendEstimator
 
@@ -40,6 +39,8 @@ def make_batch(prompts: int, rollouts: int, length: int, num_clusters: int, seed
 
 
 def bench_size(prompts: int, rollouts: int, length: int, repeats: int, num_clusters: int) -> dict[str, float]:
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # verl takes seconds to import: after the checks
+
     token_rewards, mask, index, clusters = make_batch(prompts, rollouts, length, num_clusters, seed=prompts)
     estimator = BVBlendEstimator(num_clusters)
     estimator.compute_token_level(token_rewards, mask, index, clusters)  # history exists from here on
@@ -65,20 +66,38 @@ def default_repeats(rows: int) -> int:
     return 5 if rows >= 16384 else 60 if rows >= 2048 else 300
 
 
-def main() -> None:
+def parse_size(size: str) -> tuple[int, int]:
+    """``"256x8"`` -> (256, 8); an error that names the expected form otherwise."""
+    parts = size.lower().split("x")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(f"size {size!r} must be PROMPTSxROLLOUTS with positive integers, e.g. 256x8")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), help="PROMPTSxROLLOUTS, e.g. 256x8")
+    parser.add_argument("--sizes", nargs="+", type=parse_size, default=[parse_size(s) for s in DEFAULT_SIZES],
+                        help="PROMPTSxROLLOUTS, e.g. 256x8")
     parser.add_argument("--response-length", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per size (default: by size)")
     parser.add_argument("--num-clusters", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    for flag, value in (("--response-length", args.response_length), ("--repeats", args.repeats),
+                        ("--num-clusters", args.num_clusters), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}.")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     rows_out = []
-    for size in tqdm(args.sizes, desc="sizes"):
-        prompts, rollouts = (int(part) for part in size.lower().split("x"))
+    for prompts, rollouts in tqdm(args.sizes, desc="sizes"):
+        size = f"{prompts}x{rollouts}"
         repeats = args.repeats or default_repeats(prompts * rollouts)
         medians = bench_size(prompts, rollouts, args.response_length, repeats, args.num_clusters)
         rows_out.append((size, prompts * rollouts, repeats, medians))

@@ -10,12 +10,13 @@ report.json, cluster_sizes.png}. Embeddings are cached, so a re-run with another
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
 
-from bv_blend.annotate import build_codebook_from_parquet
-from bv_blend.encode import DEFAULT_ENCODER, TextEncoder
+from bv_blend.codebook.annotate import ALGORITHMS, build_codebook_from_parquet, check_build_options
+from bv_blend.codebook.encode import DEFAULT_ENCODER, TextEncoder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,19 +38,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", default=str(default_cache), help="embedding cache (default %(default)s)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
     parser.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
-    parser.add_argument("--algorithm", choices=["kmeans", "minibatch"], default="kmeans")
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default="kmeans")
     parser.add_argument("--examples-per-cluster", type=int, default=3)
     parser.add_argument("--overwrite-inputs", action="store_true", help="allow --out-dir to be the inputs' folder")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # What can be checked without reading a file, before anything is loaded (the inputs are read, and K checked
+    # against the number of prompts, before the encoder loads).
+    try:
+        check_build_options(args.num_clusters, args.algorithm, args.examples_per_cluster)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be >= 1, got {args.batch_size}.")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     strip = None if args.strip_instruction == "none" else args.strip_instruction
+    # The encoder (a model load) is made only once the inputs are read and checked.
+    encoder = functools.partial(
+        TextEncoder, args.encoder, cache_dir=None if args.no_cache else args.cache_dir, batch_size=args.batch_size
+    )
     try:
-        encoder = TextEncoder(
-            args.encoder, cache_dir=None if args.no_cache else args.cache_dir, batch_size=args.batch_size
-        )
         result = build_codebook_from_parquet(
             args.inputs,
             args.out_dir,
@@ -68,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     book = result.codebook
     print(f"codebook: {result.codebook_path} (K={book.num_clusters}, D={book.dim}, {book.train_count} prompts, "
           f"sizes {min(book.cluster_sizes)}..{max(book.cluster_sizes)}, hash {book.content_hash[:12]})")
-    print(f"embedding cache hits: {encoder.last_cache_hits}/{book.train_count}")
+    print(f"embedding cache hits: {result.cache_hits}/{book.train_count}")
     for path in result.annotated_paths:
         print(f"annotated: {path}")
     print(f"report: {result.report_paths['md']}")

@@ -22,9 +22,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from bv_blend.eval import evaluate, load_problems, load_scores, results_table, save_scores, to_markdown, write_table
-from bv_blend.eval.benchmarks import parse_benchmark_args
-from bv_blend.eval.suite import to_verl_rows
+from bv_blend.paper.eval import (
+    evaluate,
+    load_problems,
+    load_scores,
+    results_table,
+    save_scores,
+    to_markdown,
+    write_table,
+)
+from bv_blend.paper.eval.benchmarks import parse_benchmark_args
+from bv_blend.paper.eval.suite import to_verl_rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from bv_blend.eval.generate import vllm_generator  # vLLM only now, once the inputs are known to be good
+    from bv_blend.paper.eval.generate import vllm_generator  # vLLM only now, once the inputs are known to be good
 
     generate = vllm_generator(
         args.model, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed,

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bv_blend.report import load_run, plot_dynamics, summarise
+from bv_blend.paper.report import load_run, plot_dynamics, summarise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=50, help="steps averaged in the printed summary")
     args = parser.parse_args(argv)
     try:
-        runs = {}
-        for item in args.run:
-            name, sep, path = item.partition("=")
-            if not sep or not name or not path:
-                raise ValueError(f"--run expects NAME=PATH, got {item!r}.")
-            runs[name] = load_run(Path(path))
+        sources = _check(args)  # every argument, before any log is read
+        runs = {name: load_run(path) for name, path in sources.items()}
         written, notes = plot_dynamics(runs, args.out, smooth=args.smooth)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -41,6 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     print(summarise(runs, args.last).to_string(float_format=lambda v: f"{v:.4g}"))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _check(args: argparse.Namespace) -> dict[str, Path]:
+    if args.smooth < 1 or args.last < 1:
+        raise ValueError(f"--smooth ({args.smooth}) and --last ({args.last}) must be >= 1.")
+    sources: dict[str, Path] = {}
+    for item in args.run:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--run expects NAME=PATH, got {item!r}.")
+        if name in sources:
+            raise ValueError(f"--run name {name!r} is given twice; each run needs its own name.")
+        sources[name] = Path(path)
+    return sources
 
 
 if __name__ == "__main__":

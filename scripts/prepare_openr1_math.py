@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from bv_blend.data.openr1 import DEFAULT_TEMPLATE, prepare_openr1
+from bv_blend.paper.data.openr1 import DEFAULT_TEMPLATE, prepare_openr1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -14,8 +14,12 @@ from bv_blend import BVBlendConfig, BVBlendEstimator
 NUM_CLUSTERS = 5
 
 
-def make_calls(seed: int, num_calls: int = 4, binary: bool = True):
-    """Global batches: groups of varying size in random clusters (some -1), rows shuffled."""
+def make_calls(seed: int, num_calls: int = 4, binary: bool = True, never_varies: bool = False):
+    """Global batches: groups of varying size in random clusters (some -1), rows shuffled.
+
+    ``never_varies``: clusters 0 and 1 get only all-wrong and all-right groups until the last call, where one group
+    of cluster 0 has one success, so that the variance floor and the auto clip act (spec 5 step 8).
+    """
     rng = np.random.default_rng(seed)
     calls = []
     for call in range(num_calls):
@@ -26,6 +30,12 @@ def make_calls(seed: int, num_calls: int = 4, binary: bool = True):
             size = int(rng.integers(1, 9))
             cluster = int(rng.integers(-1, NUM_CLUSTERS))
             values = rng.integers(0, 2, size) if binary else rng.normal(size=size)
+            if never_varies and group < 2:
+                size, cluster, values = 8, group, np.full(8, group)
+                if group == 0 and call == num_calls - 1:
+                    values = np.eye(1, 8, int(rng.integers(8)))[0]
+            elif never_varies and cluster in (0, 1):
+                cluster = -1  # clusters 0 and 1 see only their constant groups
             rewards += values.astype(float).tolist()
             uids += [f"c{call}g{group}"] * size
             clusters += [cluster] * size
@@ -42,6 +52,10 @@ def make_calls(seed: int, num_calls: int = 4, binary: bool = True):
     return calls
 
 
+def call_options(binary: bool, never_varies: bool) -> dict:
+    return {"binary": binary, "never_varies": never_varies, "num_calls": 12 if never_varies else 4}
+
+
 def rows_of_rank(groups: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     return np.flatnonzero(groups % world_size == rank)
 
@@ -55,11 +69,13 @@ def gloo_group(rank: int, world_size: int, init_file: str) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def run_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, binary: bool) -> None:
+def run_rank(
+    rank: int, world_size: int, init_file: str, out_dir: str, seed: int, binary: bool, never_varies: bool = False
+) -> None:
     with gloo_group(rank, world_size, init_file):
         estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
         results = []
-        for rewards, uids, clusters, groups in make_calls(seed, binary=binary):
+        for rewards, uids, clusters, groups in make_calls(seed, **call_options(binary, never_varies)):
             rows = rows_of_rank(groups, rank, world_size)
             if len(rows):
                 # A rank with rows also holds a padding row, as verl's balancing would add.

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bv_blend.annotate import add_cluster_ids, build_codebook_from_parquet, read_cluster_ids
 from bv_blend.codebook import CLUSTER_KEY, Codebook
-from bv_blend.encode import ClusterAssigner, TextEncoder
+from bv_blend.codebook.annotate import add_cluster_ids, build_codebook_from_parquet, read_cluster_ids
+from bv_blend.codebook.encode import ClusterAssigner, TextEncoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import build_codebook  # noqa: E402  (the command-line face, imported from scripts/)

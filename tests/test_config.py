@@ -11,7 +11,8 @@ def test_defaults_match_the_spec():
     config = BVBlendConfig()
     assert (config.gamma, config.epsilon, config.temperature) == (0.9, 1e-6, 0.1)
     assert (config.n0, config.v_prior, config.delta_n) == (1.0, 0.25, 1.0)
-    assert (config.weight_mode, config.fixed_weight, config.max_abs_advantage) == ("sem", 0.5, None)
+    assert (config.weight_mode, config.fixed_weight, config.max_abs_advantage) == ("sem", 0.5, "auto")
+    assert config.variance_floor == "prior"
     assert config.sync_across_ranks is True
 
 
@@ -38,6 +39,10 @@ def test_is_a_frozen_dataclass_with_the_public_field_names():
         ("fixed_weight", 1.5, "fixed_weight"),
         ("max_abs_advantage", 0.0, "max_abs_advantage"),
         ("max_abs_advantage", float("inf"), "max_abs_advantage"),
+        ("max_abs_advantage", "AUTO", "must be 'auto', a finite number > 0, or None"),
+        ("max_abs_advantage", True, "max_abs_advantage"),
+        ("variance_floor", "floor", "one of prior, none"),
+        ("variance_floor", None, "variance_floor"),
         ("gamma", float("nan"), "finite number"),
         ("temperature", "0.1", "finite number"),
         ("sync_across_ranks", "yes", "sync_across_ranks"),

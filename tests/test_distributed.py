@@ -9,26 +9,32 @@ import torch
 import torch.multiprocessing as mp
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from tests._distributed_worker import NUM_CLUSTERS, make_calls, run_rank, run_rank_with_a_bad_call
+from tests._distributed_worker import NUM_CLUSTERS, call_options, make_calls, run_rank, run_rank_with_a_bad_call
 
 
-def single_process(seed: int, binary: bool):
+def single_process(seed: int, binary: bool, never_varies: bool = False):
     estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
     results = []
-    for rewards, uids, clusters, _ in make_calls(seed, binary=binary):
+    for rewards, uids, clusters, _ in make_calls(seed, **call_options(binary, never_varies)):
         results.append({"advantages": estimator.compute(rewards, uids, clusters), "metrics": dict(estimator.metrics)})
     return estimator.state_dict(), results
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("binary", [True, False])
-def test_ranks_with_whole_groups_match_one_process(tmp_path, world_size, binary):
+@pytest.mark.parametrize(
+    ("world_size", "binary", "never_varies"),
+    [(2, True, False), (4, True, False), (2, False, False), (4, False, False), (4, True, True)],
+)
+def test_ranks_with_whole_groups_match_one_process(tmp_path, world_size, binary, never_varies):
+    """With the defaults on; ``never_varies`` makes the variance floor and the auto clip act: both are functions
+    of the synced state and of each (whole) group, so every rank gets the single process's numbers."""
     seed = 7
-    mp.spawn(
-        run_rank, args=(world_size, str(tmp_path / "init"), str(tmp_path), seed, binary), nprocs=world_size, join=True
-    )
-    expected_state, expected = single_process(seed, binary)
+    args = (world_size, str(tmp_path / "init"), str(tmp_path), seed, binary, never_varies)
+    mp.spawn(run_rank, args=args, nprocs=world_size, join=True)
+    expected_state, expected = single_process(seed, binary, never_varies)
+    if never_varies:  # the stability options did act in this run
+        assert max(result["metrics"]["bv_blend/variance_floor_active_ratio"] for result in expected) > 0
+        assert expected[-1]["metrics"]["bv_blend/abs_advantage_max"] == pytest.approx(5.0)
     # 0/1 rewards sum exactly in any order; real rewards agree up to rounding of the cross-rank sum.
     tolerance = {"rtol": 0, "atol": 0} if binary else {"rtol": 1e-12, "atol": 1e-12}
 

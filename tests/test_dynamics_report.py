@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bv_blend.report import PANELS, load_run, plot_dynamics, read_jsonl_log, summarise
+from bv_blend.paper.report import PANELS, load_run, plot_dynamics, read_jsonl_log, summarise
 
 STEPS = 30
 

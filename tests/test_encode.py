@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bv_blend.codebook import Codebook, fit_codebook
-from bv_blend.encode import (
+from bv_blend.codebook.encode import (
     DEFAULT_ENCODER,
     ClusterAssigner,
     EmbeddingCache,

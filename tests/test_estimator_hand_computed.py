@@ -176,6 +176,7 @@ def test_metrics_are_plain_floats_with_the_spec_names():
         "bv_blend/effective_signal_ratio", "bv_blend/grpo_signal_ratio", "bv_blend/zero_variance_group_ratio",
         "bv_blend/nonzero_advantage_ratio", "bv_blend/weight_mean", "bv_blend/cold_start_group_ratio",
         "bv_blend/clusters_seen", "bv_blend/hist_var_mean", "bv_blend/abs_advantage_max",
+        "bv_blend/variance_floor_active_ratio",
     }
     assert all(type(value) is float for value in estimator.metrics.values())
     assert estimator.metrics["bv_blend/grpo_signal_ratio"] == pytest.approx(1 / 3)

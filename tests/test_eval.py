@@ -14,7 +14,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from bv_blend.eval import (
+from bv_blend.paper.eval import (
     BENCHMARKS,
     avg_at_k,
     build_request,
@@ -31,7 +31,7 @@ from bv_blend.eval import (
     to_markdown,
     write_table,
 )
-from bv_blend.eval.benchmarks import Problem
+from bv_blend.paper.eval.benchmarks import Problem
 
 # ---------------------------------------------------------------- extraction
 
@@ -286,7 +286,7 @@ def _evaluate_script():
 
 
 def test_evaluate_script_table_and_to_verl(tmp_path, capsys):
-    from bv_blend.rewards import compute_score
+    from bv_blend.paper.rewards import compute_score
 
     script = _evaluate_script()
     for run, value in (("bv_blend", 0.5), ("grpo", 0.4)):

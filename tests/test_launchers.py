@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from bv_blend.paper import build_train_launch, config_dir
+from bv_blend.paper import build_train_launch
 from bv_blend.paper.pipeline import Step, paper_steps, run_steps
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -58,8 +58,7 @@ def test_dry_run_prints_the_exact_command_and_runs_nothing(inputs, capsys):
     words = shlex.split(line)
     env = dict(w.split("=", 1) for w in words[:2])
     argv = words[2:]
-    assert argv[1:8] == ["-m", "verl.trainer.main_ppo", "--config-dir", str(config_dir()), "--config-name",
-                         "bv_blend", "+paper=qwen25_math_7b"]
+    assert argv[1:5] == ["-m", "verl.trainer.main_ppo", "--config-name", "paper/qwen25_math_7b"]
     assert f"data.train_files=[{inputs['train']}]" in argv and f"actor_rollout_ref.model.path={inputs['model']}" in argv
     assert f"algorithm.bv_blend.codebook_path={inputs['codebook']}" in argv
     assert "trainer.n_gpus_per_node=8" in argv and "trainer.nnodes=1" in argv

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bv_blend.data.openr1 import (
+from bv_blend.codebook.encode import extract_problem_texts
+from bv_blend.paper.data.openr1 import (
     DATA_SOURCE,
     INSTRUCTION,
     OPENR1_SCHEMA,
@@ -19,7 +20,6 @@ from bv_blend.data.openr1 import (
     generation_token_lengths,
     prepare_openr1,
 )
-from bv_blend.encode import extract_problem_texts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

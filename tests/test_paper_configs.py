@@ -1,4 +1,4 @@
-"""The paper configs (configs/paper/*.yaml, appended to configs/bv_blend.yaml with +paper=<name>) compose with
+"""The paper configs (configs/paper/*.yaml, primary configs inheriting configs/bv_blend.yaml) compose with
 the installed verl, pass verl's own checks, and fix what the paper fixes.
 
 Composition and validation run verl's real code (hydra on ``ppo_trainer``, ``validate_config``, the config
@@ -67,7 +67,7 @@ def test_main_config_holds_the_papers_values(composed):
     assert cfg.trainer.total_training_steps == 500
     assert cfg.trainer.n_gpus_per_node == 8 and cfg.trainer.nnodes == 1
     assert actor.strategy in ("fsdp", "fsdp2") and cfg.actor_rollout_ref.ref.strategy == actor.strategy
-    assert cfg.reward.custom_reward_function.path == "pkg://bv_blend.rewards"
+    assert cfg.reward.custom_reward_function.path == "pkg://bv_blend.paper.rewards"
     assert cfg.reward.custom_reward_function.name == "compute_score"
     assert "tensorboard" in cfg.trainer.logger and "file" in cfg.trainer.logger
     assert rollout.val_kwargs.temperature == 0.6
@@ -131,6 +131,9 @@ def test_comparisons_set_the_named_values(composed):
     assert fixed.weight_mode == "fixed" and fixed.fixed_weight == 0.5
     assert composed["neff"].algorithm.bv_blend.weight_mode == "neff"
     assert composed["sigma"].algorithm.bv_blend.weight_mode == "sigma"
+    literal, main = composed["literal"].algorithm.bv_blend, composed[MAIN_CONFIG].algorithm.bv_blend
+    assert (literal.variance_floor, literal.max_abs_advantage) == ("none", None)  # the paper's formulas
+    assert (main.variance_floor, main.max_abs_advantage) == ("prior", "auto")  # the recipe keeps the safe defaults
     paths = {name: composed[name].actor_rollout_ref.model.path for name in COMPARISONS}
     assert paths["qwen25_math_1p5b"] == "Qwen/Qwen2.5-Math-1.5B"
     assert paths["qwen25_7b_instruct"] == "Qwen/Qwen2.5-7B-Instruct"

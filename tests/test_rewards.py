@@ -12,8 +12,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bv_blend import rewards
-from bv_blend.rewards import VerifierPool, answer_parses, compute_score, get_pool, verify_answer
+from bv_blend.paper import rewards
+from bv_blend.paper.rewards import VerifierPool, answer_parses, compute_score, get_pool, verify_answer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402
@@ -120,12 +120,14 @@ def test_compute_score_reads_the_timeout_from_extra_info():
     assert time.perf_counter() - start < 1.5 + 2.0
 
 
-@pytest.mark.parametrize("path_form", ["pkg", "file"])
+@pytest.mark.parametrize("path_form", ["pkg", "pkg_short", "file"])
 def test_verl_loads_compute_score_as_a_custom_reward_function(path_form):
-    """verl's own loader, with the module given as pkg:// and as a file path (loaded under another name)."""
+    """verl's own loader, with the module given as pkg:// (the paper kit's module, and the short name that older
+    configs use) and as a file path (loaded under another name)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    path = "pkg://bv_blend.rewards" if path_form == "pkg" else rewards.__file__
+    paths = {"pkg": "pkg://bv_blend.paper.rewards", "pkg_short": "pkg://bv_blend.rewards", "file": rewards.__file__}
+    path = paths[path_form]
     config = OmegaConf.create(
         {"reward": {"custom_reward_function": {"path": path, "name": "compute_score", "reward_kwargs": {}}}}
     )

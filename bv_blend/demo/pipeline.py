@@ -91,7 +91,7 @@ def build_clusters(s: DemoSettings, train: Path) -> tuple[Path, Path]:
 
     Validation rows need no cluster id: verl computes no advantage for them.
     """
-    from bv_blend.annotate import build_codebook_from_parquet
+    from bv_blend.codebook.annotate import build_codebook_from_parquet
 
     result = build_codebook_from_parquet([train], s.work_dir / "clusters", s.num_clusters, seed=s.seed)
     return result.codebook_path, result.annotated_paths[0]

@@ -1,16 +1,14 @@
 """Build the verl command that trains one paper config, after checking everything that can be checked first.
 
-The command is verl's own trainer, ``python -m verl.trainer.main_ppo``, started with ``--config-dir`` on our
-configs folder, ``--config-name bv_blend`` (the base: verl's ``ppo_trainer`` + BV-Blend) and ``+paper=<name>``
-(the experiment config ``configs/paper/<name>.yaml``). Multi-node runs join a Ray cluster started beforehand
-(``ray start --head`` on the first node, ``ray start --address=<head>:6379`` on the others); verl's
-``ray.init()`` connects to it through ``RAY_ADDRESS``.
+The command is verl's own trainer, ``python -m verl.trainer.main_ppo --config-name paper/<name>`` (the config
+``configs/paper/<name>.yaml``, found by bv_blend's hydra plugin), plus the paths as overrides. Multi-node runs
+join a Ray cluster started beforehand (``ray start --head`` on the first node, ``ray start --address=<head>:6379``
+on the others); verl's ``ray.init()`` connects to it through ``RAY_ADDRESS``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -19,7 +17,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from bv_blend.paper.configs import BASE_CONFIG, GROUP, compose_paper_config, config_dir
+from bv_blend.paper.configs import GROUP, compose_paper_config, hydra_config_name
+from bv_blend.verl.overrides import override_value
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
 
@@ -37,17 +36,6 @@ class TrainLaunch:
         """The exact command as one shell line (environment assignments first)."""
         assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
         return " ".join([*assignments, shlex.join(self.argv)])
-
-
-def _hydra_quote(value: str) -> str:
-    """A string as a hydra override value: bare when the override grammar allows it, else single-quoted."""
-    if re.fullmatch(r"[\w./+~-]+", value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _hydra_list(paths: Sequence[Path]) -> str:
-    return "[" + ",".join(_hydra_quote(str(p)) for p in paths) + "]"
 
 
 def _require_exists(paths: Sequence[Path], flag: str, kind: str = "file") -> list[Path]:
@@ -103,17 +91,17 @@ def build_train_launch(
     out = Path(output_dir or Path("outputs") / f"{GROUP}_{config}").expanduser().resolve()
     logs = {"TENSORBOARD_DIR": str(out / "tensorboard"), "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
     launch_overrides = [
-        f"data.train_files={_hydra_list(train)}",
-        f"data.val_files={_hydra_list(val)}",
-        f"actor_rollout_ref.model.path={_hydra_quote(str(model_dir))}",
+        f"data.train_files={override_value([str(path) for path in train])}",
+        f"data.val_files={override_value([str(path) for path in val])}",
+        f"actor_rollout_ref.model.path={override_value(str(model_dir))}",
         f"trainer.n_gpus_per_node={gpus_per_node}",
         f"trainer.nnodes={nnodes}",
-        f"trainer.default_local_dir={_hydra_quote(str(out / 'checkpoints'))}",
+        f"trainer.default_local_dir={override_value(str(out / 'checkpoints'))}",
         # verl's tensorboard and file loggers run inside Ray actors: hand them the log paths through Ray.
-        *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}={_hydra_quote(value)}" for key, value in logs.items()),
+        *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}={override_value(value)}" for key, value in logs.items()),
     ]
     if codebook_path is not None:
-        launch_overrides.append(f"algorithm.bv_blend.codebook_path={_hydra_quote(str(codebook_path))}")
+        launch_overrides.append(f"algorithm.bv_blend.codebook_path={override_value(str(codebook_path))}")
     all_overrides = [*launch_overrides, *overrides]  # the user's own overrides come last and win
 
     composed = compose_paper_config(config, all_overrides)
@@ -123,10 +111,7 @@ def build_train_launch(
             "(written by scripts/build_codebook.py)."
         )
 
-    argv = [
-        python, "-m", TRAINER_MODULE, "--config-dir", str(config_dir()), "--config-name", BASE_CONFIG,
-        f"+{GROUP}={config}", *all_overrides,
-    ]
+    argv = [python, "-m", TRAINER_MODULE, "--config-name", hydra_config_name(config), *all_overrides]
     env = dict(logs)
     if address:
         env["RAY_ADDRESS"] = address

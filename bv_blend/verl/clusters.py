@@ -14,23 +14,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.grouping import PADDING_UID_PREFIX
+from bv_blend.grouping import is_padding_uid
 from bv_blend.inputs import NO_CLUSTER, nonempty_rows
 from bv_blend.verl.options import ANNOTATE_HINT
-from bv_blend.verl.runtime import Session
+from bv_blend.verl.runtime import ProcessEstimator
 
 
 class MissingClusterError(ValueError):
     """A prompt reached the estimator without a cluster id and ``on_missing_cluster`` is ``error``."""
 
 
-def is_padding_uid(uid: Any) -> bool:
-    """verl's ``upsample_batch_to_divisible_size`` names its synthetic rows ``pad<hex>``."""
-    return str(uid).startswith(PADDING_UID_PREFIX)
-
-
 def build_cluster_map(
-    session: Session,
+    process: ProcessEstimator,
     uids: Sequence[Any],
     extra_infos: Sequence[Any] | None,
     row_for_text: Callable[[int], Mapping[str, Any]] | None = None,
@@ -38,7 +33,7 @@ def build_cluster_map(
     """uid -> cluster id for the non-padding rows of a batch.
 
     Args:
-        session: supplies K, the ``extra_info`` key and what to do about prompts without an id.
+        process: supplies K, the ``extra_info`` key and what to do about prompts without an id.
         uids: one per row.
         extra_infos: one ``extra_info`` dict per row, or ``None`` when the batch has none at all.
         row_for_text: row index -> dataset row (``prompt``, ``extra_info``, ...) used to encode prompts that have no
@@ -48,12 +43,13 @@ def build_cluster_map(
         MissingClusterError: prompts without an id in ``error`` mode (the message says how to annotate).
         ValueError: an id that is not an integer in 0..K-1, or two rows of one uid with different ids.
     """
-    key, k = session.glue.cluster_key, session.num_clusters
+    key, k = process.glue.cluster_key, process.num_clusters
     clusters: dict[str, int] = {}
     missing: dict[str, int] = {}  # uid -> first row, for the error message or the encoder
+    padding = is_padding_uid(uids).tolist()
     for row, uid in enumerate(uids):
         uid = str(uid)
-        if is_padding_uid(uid):
+        if padding[row]:
             continue
         info = extra_infos[row] if extra_infos is not None else None
         value = info.get(key) if isinstance(info, Mapping) else None
@@ -68,7 +64,7 @@ def build_cluster_map(
             )
     missing = {uid: row for uid, row in missing.items() if uid not in clusters}
     if missing:
-        clusters.update(_assign_missing(session, missing, row_for_text))
+        clusters.update(_assign_missing(process, missing, row_for_text))
     return clusters
 
 
@@ -81,14 +77,14 @@ def cluster_ids_for_rows(
             "BV-Blend needs each row's prompt uid (verl passes it as `index` from non_tensor_batch['uid']); "
             "the DataProto given to compute_advantage has no 'uid'."
         )
-    nonempty = nonempty_rows(response_mask).tolist()
+    counted = (nonempty_rows(response_mask) & ~is_padding_uid(index)).tolist()
     ids = np.full(len(index), NO_CLUSTER, dtype=np.int64)
     unknown = []
     for row, uid in enumerate(index):
         uid = str(uid)
         if mapping is not None and uid in mapping:
             ids[row] = mapping[uid]
-        elif not is_padding_uid(uid) and nonempty[row]:
+        elif counted[row]:
             unknown.append(uid)
     if unknown:
         raise MissingClusterError(
@@ -97,7 +93,8 @@ def cluster_ids_for_rows(
             + (
                 "they did not run for this call (is `bv_blend.verl.plugin` imported in this process? run "
                 "`python -m bv_blend.verl.doctor`). When calling verl's compute_advantage yourself, pass a DataProto "
-                "whose non_tensor_batch has 'extra_info', or wrap the call in bv_blend.verl.runtime.cluster_map()."
+                "whose non_tensor_batch has 'extra_info', or wrap the call in "
+                "bv_blend.verl.context.batch_context(cluster_map=...)."
                 if mapping is None
                 else "these uids were not in the batch they read."
             )
@@ -117,15 +114,15 @@ def _as_cluster_id(value: Any, uid: str, key: str, k: int) -> int:
 
 
 def _assign_missing(
-    session: Session, missing: dict[str, int], row_for_text: Callable[[int], Mapping[str, Any]] | None
+    process: ProcessEstimator, missing: dict[str, int], row_for_text: Callable[[int], Mapping[str, Any]] | None
 ) -> dict[str, int]:
-    key = session.glue.cluster_key
-    if session.glue.on_missing_cluster == "error" or row_for_text is None:
+    key = process.glue.cluster_key
+    if process.glue.on_missing_cluster == "error" or row_for_text is None:
         example = next(iter(missing))
         raise MissingClusterError(
             f"{len(missing)} prompt(s) in this batch have no cluster id in extra_info['{key}'] (e.g. uid {example}), "
-            f"and algorithm.bv_blend.on_missing_cluster={session.glue.on_missing_cluster}. " + ANNOTATE_HINT
+            f"and algorithm.bv_blend.on_missing_cluster={process.glue.on_missing_cluster}. " + ANNOTATE_HINT
         )
     rows = [row_for_text(row) for row in missing.values()]
-    assigned = session.assigner().assign_rows(rows)
+    assigned = process.assigner().assign_rows(rows)
     return {uid: int(cluster) for uid, cluster in zip(missing, assigned, strict=True)}

@@ -10,7 +10,9 @@ import argparse
 import os
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import entry_points
+
+from bv_blend.verl.versions import installed_version
 
 PROBE_REGISTRY = (
     "import verl\n"
@@ -45,10 +47,8 @@ def run_checks(env: dict[str, str] | None = None) -> list[tuple[str, bool, str]]
     env = dict(os.environ if env is None else env)
     results = []
     for dist in ("bv-blend", "verl", "transferqueue"):
-        try:
-            results.append((f"{dist} installed", True, version(dist)))
-        except PackageNotFoundError:
-            results.append((f"{dist} installed", False, "not installed in this Python"))
+        found = installed_version(dist)
+        results.append((f"{dist} installed", found is not None, found or "not installed in this Python"))
     ours = [ep for ep in entry_points(group="verl.plugins") if ep.value.startswith("bv_blend")]
     results.append(
         (

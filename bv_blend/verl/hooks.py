@@ -6,8 +6,9 @@ code unchanged.
 V1 (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``, the default ``trainer.use_v1=true``; covers the sync,
 colocate_async and separate_async modes, none of which overrides these methods):
   ``__init__``            validate the options and build the estimator before any worker or vLLM server starts;
-  ``_compute_advantage``  read ``uid``/``extra_info`` of the batch from TransferQueue, publish uid -> cluster
-                          around verl's own method, then add ``bv_blend/*`` to the step's ``metrics``;
+  ``_compute_advantage``  read ``uid``/``extra_info`` of the batch from TransferQueue, publish the batch context
+                          (uid -> cluster, multi-output sessions) around verl's own method, then add
+                          ``bv_blend/*`` to the step's ``metrics``;
   ``_save_checkpoint``    write ``global_step_N/bv_blend_state.pt`` (before verl's save, see ``state.py``);
   ``_load_checkpoint``    restore it after verl's load.
 
@@ -23,9 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bv_blend.verl import runtime
+from bv_blend.verl.context import batch_context, current_batch
+from bv_blend.verl.multi_output import final_output_rows
 from bv_blend.verl.options import ESTIMATOR_NAME, uses_bv_blend
 from bv_blend.verl.patching import wrap
-from bv_blend.verl.sessions import final_output_rows, output_sources
 
 # What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
 TEXT_FIELDS = ("prompt", "raw_prompt")
@@ -36,7 +38,7 @@ def _checked_init(original: Callable) -> Callable:
     def __init__(self, config, *args, **kwargs):
         if uses_bv_blend(config):
             runtime.raise_hook_errors()
-            runtime.session_for(config.algorithm)  # bad options / missing codebook fail here, not at step 1
+            runtime.estimator_for(config.algorithm)  # bad options / missing codebook fail here, not at step 1
         return original(self, config, *args, **kwargs)
 
     return __init__
@@ -97,10 +99,10 @@ def _v1_compute_advantage(original: Callable) -> Callable:
             return original(self, batch, metrics)
         from bv_blend.verl.clusters import build_cluster_map
 
-        session = runtime.session_for(self.config.algorithm)
-        columns = _v1_fetch(batch, with_text=session.glue.on_missing_cluster == "assign")
-        mapping = build_cluster_map(session, columns["uid"], columns.get("extra_info"), _row_reader(columns))
-        with runtime.cluster_map(mapping), output_sources(final_output_rows(list(batch.keys))):
+        process = runtime.estimator_for(self.config.algorithm)
+        columns = _v1_fetch(batch, with_text=process.glue.on_missing_cluster == "assign")
+        mapping = build_cluster_map(process, columns["uid"], columns.get("extra_info"), _row_reader(columns))
+        with batch_context(cluster_map=mapping, output_sources=final_output_rows(list(batch.keys))):
             result = original(self, batch, metrics)
         metrics.update(runtime.pop_metrics())
         return result
@@ -135,18 +137,18 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
     signature = inspect.signature(original)
 
     def compute_advantage(data, adv_estimator, *args, **kwargs):
-        # V1 imports this same function by name (v1/utils.py); there its own hook has published the map already.
-        if adv_estimator != ESTIMATOR_NAME or runtime.current_cluster_map() is not None:
+        # V1 imports this same function by name (v1/utils.py); there its own hook has published the batch already.
+        if adv_estimator != ESTIMATOR_NAME or current_batch() is not None:
             return original(data, adv_estimator, *args, **kwargs)
         from bv_blend.verl.clusters import build_cluster_map
 
         config = signature.bind(data, adv_estimator, *args, **kwargs).arguments.get("config")
-        session = runtime.session_for(config)
+        process = runtime.estimator_for(config)
         columns = {name: data.non_tensor_batch.get(name) for name in ("uid", "extra_info", *TEXT_FIELDS)}
         if columns["uid"] is None:
             return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
-        mapping = build_cluster_map(session, columns["uid"], columns["extra_info"], _row_reader(columns))
-        with runtime.cluster_map(mapping):
+        mapping = build_cluster_map(process, columns["uid"], columns["extra_info"], _row_reader(columns))
+        with batch_context(cluster_map=mapping):
             return original(data, adv_estimator, *args, **kwargs)
 
     return compute_advantage

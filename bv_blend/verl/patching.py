@@ -9,20 +9,16 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from bv_blend.verl import runtime
+from bv_blend.verl.versions import SUPPORTED_VERL, installed_version
 
-SUPPORTED_VERL = ">=0.9.1,<0.10"
 _MARK = "__bv_blend_wrapped__"
 
 
 def verl_version() -> str:
-    try:
-        return version("verl")
-    except PackageNotFoundError:
-        return "unknown"
+    return installed_version("verl") or "unknown"
 
 
 def wrap(owner: Any, name: str, expected_params: Sequence[str], make_wrapper: Callable[[Callable], Callable]) -> bool:

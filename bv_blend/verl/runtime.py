@@ -4,32 +4,32 @@ verl computes advantages once per (mini-)batch, in the single-controller process
 ``TaskRunner``), and calls the registered estimator with tensors, uids and ``config.algorithm`` only. What a call
 needs beyond that lives here:
 
-- the :class:`Session`: the estimator (built lazily from ``algorithm.bv_blend``), K and the codebook;
-- the uid -> cluster map of the batch being processed, published by the trainer hooks around verl's own call;
+- the :class:`ProcessEstimator`: the estimator (built lazily from ``algorithm.bv_blend``), K and the codebook;
 - the metrics of the last call, collected by the hooks into verl's step dict;
 - errors of hooks that could not be installed (reported at trainer start rather than lost in a log).
+
+What one batch needs (its uid -> cluster map) is not process-wide: see ``bv_blend/verl/context.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bv_blend.config import BVBlendConfig
 from bv_blend.estimator import BVBlendEstimator
+from bv_blend.verl.context import forget_batch
 from bv_blend.verl.options import ANNOTATE_HINT, GlueOptions, read_options
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Session:
-    """The estimator of this process and what it was built from."""
+class ProcessEstimator:
+    """The BV-Blend estimator of this process, and what it was built from."""
 
     estimator_config: BVBlendConfig
     glue: GlueOptions
@@ -40,38 +40,35 @@ class Session:
     _assigner: Any = field(default=None, repr=False)
 
     def assigner(self) -> Any:
-        """The on-the-fly :class:`~bv_blend.encode.ClusterAssigner` (loads the encoder on first use)."""
+        """The on-the-fly :class:`~bv_blend.codebook.encode.ClusterAssigner` (loads the encoder on first use)."""
         if self._assigner is None:
-            from bv_blend.encode import ClusterAssigner  # heavy (sentence-transformers): only in assign mode
+            from bv_blend.codebook.encode import ClusterAssigner  # heavy (sentence-transformers): only in assign mode
 
             self._assigner = ClusterAssigner(self._codebook)
         return self._assigner
 
 
-_SESSION: Session | None = None
-_SESSION_KEY: str | None = None
-_CLUSTER_MAP: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar(
-    "bv_blend_clusters", default=None
-)
+_CURRENT: ProcessEstimator | None = None
+_CURRENT_KEY: str | None = None
 _PENDING_METRICS: dict[str, float] = {}
 HOOK_ERRORS: list[str] = []
 
 
-def session_for(algorithm_config: Any) -> Session:
-    """The session for these options, built on first use (validates options, loads the codebook).
+def estimator_for(algorithm_config: Any) -> ProcessEstimator:
+    """The process's estimator for these options, built on first use (validates options, loads the codebook).
 
     A process runs one training job, so the options never change in practice; if they do (tests, notebooks),
     a new estimator with a fresh history replaces the old one, with a warning.
     """
-    global _SESSION, _SESSION_KEY
+    global _CURRENT, _CURRENT_KEY
     estimator_config, glue = read_options(algorithm_config)
     key = json.dumps({"estimator": estimator_config.to_dict(), "glue": glue.__dict__}, sort_keys=True, default=str)
-    if _SESSION is not None and key == _SESSION_KEY:
-        return _SESSION
+    if _CURRENT is not None and key == _CURRENT_KEY:
+        return _CURRENT
     num_clusters, codebook = _resolve_clusters(glue)
-    if _SESSION is not None and _SESSION.estimator.num_updates > 0:
+    if _CURRENT is not None and _CURRENT.estimator.num_updates > 0:
         logger.warning("algorithm.bv_blend changed within one process: the BV-Blend history starts afresh.")
-    _SESSION = Session(
+    _CURRENT = ProcessEstimator(
         estimator_config=estimator_config,
         glue=glue,
         num_clusters=num_clusters,
@@ -79,16 +76,16 @@ def session_for(algorithm_config: Any) -> Session:
         estimator=BVBlendEstimator(num_clusters, estimator_config),
         _codebook=codebook,
     )
-    _SESSION_KEY = key
-    return _SESSION
+    _CURRENT_KEY = key
+    return _CURRENT
 
 
 def reset() -> None:
-    """Forget the session, the pending metrics and any published cluster map (for tests)."""
-    global _SESSION, _SESSION_KEY
-    _SESSION, _SESSION_KEY = None, None
+    """Forget the estimator, the pending metrics and any published batch context (for tests)."""
+    global _CURRENT, _CURRENT_KEY
+    _CURRENT, _CURRENT_KEY = None, None
     _PENDING_METRICS.clear()
-    _CLUSTER_MAP.set(None)
+    forget_batch()
 
 
 def _resolve_clusters(glue: GlueOptions) -> tuple[int, Any]:
@@ -110,20 +107,6 @@ def _resolve_clusters(glue: GlueOptions) -> tuple[int, Any]:
             f"K={codebook.num_clusters}: drop num_clusters (it is read from the codebook) or use the matching codebook."
         )
     return codebook.num_clusters, codebook
-
-
-@contextlib.contextmanager
-def cluster_map(mapping: Mapping[str, int]) -> Iterator[None]:
-    """Publish the uid -> cluster map of the batch that verl is about to pass to the estimator."""
-    token = _CLUSTER_MAP.set(mapping)
-    try:
-        yield
-    finally:
-        _CLUSTER_MAP.reset(token)
-
-
-def current_cluster_map() -> Mapping[str, int] | None:
-    return _CLUSTER_MAP.get()
 
 
 def record_metrics(metrics: Mapping[str, float]) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import torch
 
+from bv_blend.config import config_mismatch
 from bv_blend.verl import runtime
+from bv_blend.verl.overrides import override_value
+from bv_blend.verl.versions import installed_version
 
 logger = logging.getLogger(__name__)
 
@@ -35,19 +37,19 @@ def step_folder(config: Any, global_step: int) -> str:
 
 def save_state(trainer: Any) -> str:
     """Write the estimator state of ``trainer``'s run into its current ``global_step_N/``; returns the path."""
-    session = runtime.session_for(trainer.config.algorithm)
+    process = runtime.estimator_for(trainer.config.algorithm)
     folder = step_folder(trainer.config, trainer.global_steps)
     os.makedirs(folder, exist_ok=True)
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "global_step": int(trainer.global_steps),
-        "num_clusters": session.num_clusters,
-        "codebook_hash": session.codebook_hash,
-        "estimator_config": session.estimator_config.to_dict(),
-        "bv_blend_version": _version("bv-blend"),
-        "verl_version": _version("verl"),
-        "estimator": session.estimator.state_dict(),
+        "num_clusters": process.num_clusters,
+        "codebook_hash": process.codebook_hash,
+        "estimator_config": process.estimator_config.to_dict(),
+        "bv_blend_version": installed_version("bv-blend"),
+        "verl_version": installed_version("verl"),
+        "estimator": process.estimator.state_dict(),
     }
     path = os.path.join(folder, STATE_FILE)
     tmp = path + ".tmp"
@@ -92,14 +94,14 @@ def restore_state(trainer: Any) -> str | None:
             f"bv_blend resolved the resume folder {folder} (step {step}) but verl resumed at step "
             f"{trainer.global_steps}: this verl version resolves checkpoints differently; please report it."
         )
-    session = runtime.session_for(trainer.config.algorithm)
+    process = runtime.estimator_for(trainer.config.algorithm)
     path = os.path.join(folder, STATE_FILE)
     try:
         payload = _read(path)
-        _check_compatible(payload, session, path)
-        session.estimator.load_state_dict(payload["estimator"])
+        _check_compatible(payload, process, path)
+        process.estimator.load_state_dict(payload["estimator"])
     except (FileNotFoundError, ValueError) as exc:
-        if not session.glue.allow_state_reset:
+        if not process.glue.allow_state_reset:
             raise type(exc)(f"{exc} {RESET_HINT}") from exc
         logger.warning("BV-Blend history starts afresh (allow_state_reset=true): %s", exc)
         return None
@@ -126,35 +128,27 @@ def _read(path: str) -> dict[str, Any]:
     return payload
 
 
-def _check_compatible(payload: dict[str, Any], session: runtime.Session, path: str) -> None:
-    if payload["num_clusters"] != session.num_clusters:
+def _check_compatible(payload: dict[str, Any], process: runtime.ProcessEstimator, path: str) -> None:
+    if payload["num_clusters"] != process.num_clusters:
         raise ValueError(
             f"{path} holds a BV-Blend state with K={payload['num_clusters']} clusters, but this run has "
-            f"K={session.num_clusters}. Resume with the run's original codebook / algorithm.bv_blend.num_clusters."
+            f"K={process.num_clusters}. Resume with the run's original codebook / algorithm.bv_blend.num_clusters."
         )
-    if payload["codebook_hash"] != session.codebook_hash:
+    if payload["codebook_hash"] != process.codebook_hash:
         raise ValueError(
             f"{path} was written with codebook hash {payload['codebook_hash']}, but this run's codebook "
-            f"({session.glue.codebook_path}) has hash {session.codebook_hash}: cluster ids would mean other "
+            f"({process.glue.codebook_path}) has hash {process.codebook_hash}: cluster ids would mean other "
             "clusters. Resume with the original algorithm.bv_blend.codebook_path."
         )
-    saved = payload["estimator_config"]
-    current = session.estimator_config.to_dict()
-    if saved != current:
-        keys = sorted(set(saved) | set(current))
-        changed = {k: (saved.get(k), current.get(k)) for k in keys if saved.get(k) != current.get(k)}
-        raise ValueError(
-            f"{path} was written with other BV-Blend options (saved, current): {changed}. Resume with the "
-            "original algorithm.bv_blend.* options."
-        )
+    mismatch = config_mismatch(
+        payload["estimator_config"],
+        process.estimator_config.to_dict(),
+        lambda name, value: f"algorithm.bv_blend.{name}={override_value(value)}",
+    )
+    if mismatch:
+        raise ValueError(f"{path} was written with {mismatch}.")
 
 
 def _absolute(path: str) -> str:
     return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
-
-def _version(distribution: str) -> str | None:
-    try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return None

@@ -4,18 +4,19 @@ checks that run before any expensive work."""
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from bv_blend.demo import reward
 from bv_blend.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
-from bv_blend.verl.cpu.launch import configs_dir, cpu_overrides
+from bv_blend.verl.cpu.launch import DEFAULT_CPU_CONFIG
 
 
 def _compose(overrides: list[str]):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(str(configs_dir()), version_base=None):
-        return compose("bv_blend", overrides=cpu_overrides() + overrides)
+    # as verl's main_ppo composes: from its config module, ours found through the search-path plugin
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose(DEFAULT_CPU_CONFIG, overrides=overrides)  # what the launcher runs, by name
 
 
 def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):

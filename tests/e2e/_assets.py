@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from bv_blend.annotate import build_codebook_from_parquet
+from bv_blend.codebook.annotate import build_codebook_from_parquet
 from bv_blend.demo import model as tiny
 from bv_blend.demo.task import write_task
 from bv_blend.demo.warmup import supervised_warmup

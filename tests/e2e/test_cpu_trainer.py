@@ -129,11 +129,14 @@ def test_resumed_process_restored_the_saved_state(setup: dict) -> None:
 
 
 def test_rollouts_sample_with_the_weights_of_the_last_update(setup: dict) -> None:
-    """After each actor update, vLLM's log-probabilities of the tokens it sampled equal the actor's (fp32 both):
-    verl synced the new weights and vLLM computed with them (tests/e2e/test_cpu_weight_sync.py shows that this
-    check fails on a stale copy)."""
-    for name in ("first.jsonl", "second.jsonl"):
-        assert_rollouts_use_fresh_weights(read_metrics(setup["work"] / name))
+    """After each actor update, vLLM's probabilities of the tokens it sampled equal the actor's (fp32 both): verl
+    synced the new weights and vLLM computed with them. The resumed run checks the sync of restored weights.
+    (tests/e2e/test_cpu_weight_sync.py shows that this check fails on a stale copy.)"""
+    first, second = (read_metrics(setup["work"] / name) for name in ("first.jsonl", "second.jsonl"))
+    assert first["actor/grad_norm"].iloc[0] > 0, "step 1 made no update (all advantages 0): the check could not tell"
+    assert len(first) >= 2, "a single step shows no sync after an update"
+    for metrics in (first, second):
+        assert_rollouts_use_fresh_weights(metrics)
 
 
 def test_each_log_names_the_cpu_and_no_process_outlives_its_run(setup: dict) -> None:

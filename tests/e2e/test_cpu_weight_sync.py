@@ -48,6 +48,8 @@ def test_a_stale_rollout_copy_is_caught_by_the_freshness_check(cpu_assets: CpuAs
     rc, run, _ = _run(cpu_assets, "stale", "stale", steps=2)
     assert rc == 0, f"the stale run should train (silently wrong), but exited {rc}; see {run}.log"
     metrics = read_metrics(run.with_suffix(".jsonl"))
+    assert metrics["actor/grad_norm"].iloc[0] > 0, "step 1 made no update: a stale copy would be invisible"
+    assert metrics[PROBS_DIFF].iloc[0] < FRESH_BOUND, "step 1 samples with the start-up weights, which did load"
     assert metrics[PROBS_DIFF].iloc[1] > 10 * FRESH_BOUND, "one update should move probabilities visibly"
     with pytest.raises(AssertionError, match="vLLM generated with weights other than the actor's"):
         assert_rollouts_use_fresh_weights(metrics)

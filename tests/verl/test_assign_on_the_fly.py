@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bv_blend.annotate import build_codebook_from_parquet
 from bv_blend.codebook import CLUSTER_KEY
-from bv_blend.encode import TextEncoder
+from bv_blend.codebook.annotate import build_codebook_from_parquet
+from bv_blend.codebook.encode import TextEncoder
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
 from tests.test_annotate import questions, verl_frame
@@ -64,13 +64,13 @@ def test_missing_ids_are_assigned_like_the_offline_annotation(annotated):
     codebook_path, rows = annotated
     config = compose_config([f"algorithm.bv_blend.codebook_path={codebook_path}",
                              "algorithm.bv_blend.on_missing_cluster=assign"])
-    estimator = runtime.session_for(config.algorithm).estimator
+    estimator = runtime.estimator_for(config.algorithm).estimator
     received = {}
     compute = estimator.compute_token_level
 
-    def recording(rewards, mask, group_ids, cluster_ids, valid=None):
+    def recording(rewards, mask, group_ids, cluster_ids, **options):
         received.update(zip(list(group_ids), cluster_ids.tolist(), strict=True))
-        return compute(rewards, mask, group_ids, cluster_ids, valid)
+        return compute(rewards, mask, group_ids, cluster_ids, **options)
 
     estimator.compute_token_level = recording
     ray_trainer.compute_advantage(dataproto(rows, drop_id_every=2), adv_estimator="bv_blend", config=config.algorithm)

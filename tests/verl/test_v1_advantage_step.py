@@ -96,13 +96,13 @@ def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(tr
     config = compose_config([f"algorithm.bv_blend.num_clusters={K}", "actor_rollout_ref.rollout.n=4"])
     trainer = object.__new__(PPOTrainerSync)
     trainer.config = config
-    estimator = runtime.session_for(config.algorithm).estimator
+    estimator = runtime.estimator_for(config.algorithm).estimator
     seen = {}
     compute = estimator.compute_token_level
 
-    def recording(rewards, mask, group_ids, cluster_ids, valid=None):
+    def recording(rewards, mask, group_ids, cluster_ids, **options):
         seen.update(uids=list(group_ids), clusters=cluster_ids.tolist())
-        return compute(rewards, mask, group_ids, cluster_ids, valid)
+        return compute(rewards, mask, group_ids, cluster_ids, **options)
 
     estimator.compute_token_level = recording
     metrics: dict = {}
@@ -167,7 +167,7 @@ def test_v1_multi_output_sessions_count_once_like_verl_grpo(transfer_queue):
         torch.testing.assert_close(advantages, expected[i, : advantages.numel()], rtol=1e-5, atol=1e-5)
     assert expected.abs().sum() > 0
     # The history counted each session once: after the cold start N_k = gamma * n0 + (sessions of cluster k).
-    state = runtime.session_for(config.algorithm).estimator.state_dict()
+    state = runtime.estimator_for(config.algorithm).estimator.state_dict()
     sessions = {(row["uid"], row["session_id"], row["cluster"]) for row in rows}
     expected_count = torch.zeros(K, dtype=torch.float64)
     for _, _, cluster in sessions:

@@ -1,10 +1,10 @@
 """Launch verl's stock trainer on CPU: ``python -m bv_blend.verl.cpu.launch [hydra overrides...]``.
 
-Composes ``--config-name bv_blend`` (verl's ppo_trainer + BV-Blend options), adds the CPU overrides of
-``configs/cpu_tiny.yaml`` as ``++key=value`` arguments, then the caller's overrides (which win), and runs
-``python -m verl.trainer.main_ppo`` with the environment of :func:`bv_blend.verl.cpu.cpu_env`. The trainer runs in
-its own session; whatever it leaves behind (Ray's raylet, GCS, workers, vLLM engine cores) is killed on exit, so a
-crashed or interrupted run never leaves Ray running.
+Runs ``python -m verl.trainer.main_ppo --config-name cpu_tiny`` (``configs/cpu_tiny.yaml``: bv_blend's config plus
+what CPU needs) with the caller's overrides and the environment of :func:`bv_blend.verl.cpu.cpu_env`. The trainer
+runs in its own session, and every process it starts carries a marker variable; whatever it leaves behind (Ray's
+raylet, GCS, workers, vLLM engine cores and workers) is stopped on exit, so a crashed or interrupted run never
+leaves Ray or vLLM running.
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from importlib import resources
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from bv_blend.machine import describe_cpu
 from bv_blend.verl.cpu import cpu_env
@@ -29,48 +25,10 @@ DEFAULT_CPU_CONFIG = "cpu_tiny"
 RUN_ID_ENV = "BV_BLEND_CPU_RUN_ID"
 
 
-def configs_dir() -> Path:
-    """The folder holding bv_blend.yaml and the cpu_*.yaml fragments (shipped as the package bv_blend.configs)."""
-    return Path(str(resources.files("bv_blend.configs")))
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple, ListConfig)):
-        return "[" + ",".join(_format(v) for v in value) + "]"
-    text = str(value)
-    # hydra's override grammar needs quotes around strings with spaces or grammar characters
-    return repr(text) if any(c in text for c in " ,[]{}()='\"") else text
-
-
-def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(node, DictConfig):
-        out: list[tuple[str, Any]] = []
-        for key in node:
-            out += _leaves(node[key], f"{prefix}.{key}" if prefix else str(key))
-        return out
-    return [(prefix, node)]
-
-
-def cpu_overrides(name: str = DEFAULT_CPU_CONFIG) -> list[str]:
-    """``configs/<name>.yaml`` as hydra ``++key=value`` overrides (add-or-replace, so undeclared keys work too)."""
-    path = configs_dir() / f"{name}.yaml"
-    if not path.is_file():
-        available = sorted(p.stem for p in configs_dir().glob("cpu_*.yaml"))
-        raise FileNotFoundError(f"no CPU config '{name}' at {path}; available: {available}")
-    return [f"++{key}={_format(value)}" for key, value in _leaves(OmegaConf.load(path), "")]
-
-
 def trainer_command(overrides: list[str], cpu_config: str = DEFAULT_CPU_CONFIG) -> list[str]:
-    """The main_ppo command line: BV-Blend base config, CPU overrides, then ``overrides`` (last one wins)."""
-    return [
-        sys.executable, "-m", "verl.trainer.main_ppo",
-        "--config-path", str(configs_dir()), "--config-name", "bv_blend",
-        *cpu_overrides(cpu_config), *overrides,
-    ]  # fmt: skip
+    """The main_ppo command line: the CPU config (``configs/<cpu_config>.yaml``, which extends ``bv_blend``), then
+    ``overrides`` (last one wins)."""
+    return [sys.executable, "-m", "verl.trainer.main_ppo", "--config-name", cpu_config, *overrides]
 
 
 def processes_of_run(run_id: str) -> list[int]:

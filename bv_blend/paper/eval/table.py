@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bv_blend.eval.benchmarks import BENCHMARKS
+from bv_blend.paper.eval.benchmarks import BENCHMARKS
 
 ID_MEAN, OOD_MEAN = "ID avg", "OOD avg"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bv_blend.codebook import CLUSTER_KEY, Codebook, fit_codebook
-from bv_blend.encode import TextEncoder, extract_problem_texts
-from bv_blend.parquet import read_parquet
+from bv_blend.codebook.codebook import CLUSTER_KEY, Codebook, fit_codebook
+from bv_blend.codebook.encode import TextEncoder, extract_problem_texts
+from bv_blend.codebook.parquet import read_parquet
+
+ALGORITHMS = ("kmeans", "minibatch")
 
 
 @dataclass
@@ -29,6 +31,18 @@ class BuildResult:
     report_paths: dict[str, Path]
     texts: list[str] = field(repr=False)
     cluster_ids: np.ndarray = field(repr=False)
+    cache_hits: int = 0  # prompts whose embedding came from the encoder's on-disk cache
+
+
+def check_build_options(num_clusters: int, algorithm: str = "kmeans", examples_per_cluster: int = 3) -> None:
+    """The options of a build that can be checked before any file is read (``scripts/build_codebook.py`` calls it
+    before it loads the encoder)."""
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
+        raise ValueError(f"K (--num-clusters) must be a positive integer, got {num_clusters!r}.")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}.")
+    if examples_per_cluster < 0:
+        raise ValueError(f"examples per cluster must be >= 0, got {examples_per_cluster}.")
 
 
 def read_verl_parquet(path: str | os.PathLike, field_name: str | None) -> pa.Table:
@@ -91,13 +105,18 @@ def build_codebook_from_parquet(
     seed: int = 0,
     text_field: str | None = None,
     strip: str | None = "auto",
-    encoder: TextEncoder | None = None,
+    encoder: TextEncoder | Callable[[], TextEncoder] | None = None,
     algorithm: str = "kmeans",
     examples_per_cluster: int = 3,
     overwrite_inputs: bool = False,
     codebook_name: str = "codebook.npz",
 ) -> BuildResult:
-    """Build a codebook from verl parquet files, write annotated copies and a report into ``out_dir``."""
+    """Build a codebook from verl parquet files, write annotated copies and a report into ``out_dir``.
+
+    ``encoder`` is a :class:`TextEncoder`, a function that makes one (called only once the inputs are read and
+    checked, so bad input never waits for a model to load), or ``None`` for the default encoder.
+    """
+    check_build_options(num_clusters, algorithm, examples_per_cluster)
     paths = [Path(p) for p in inputs]
     if not paths:
         raise ValueError("no input parquet files given")
@@ -110,8 +129,10 @@ def build_codebook_from_parquet(
         raise ValueError(
             f"K={num_clusters} is larger than the number of prompts ({len(texts)}); use --num-clusters <= {len(texts)}"
         )
-    encoder = encoder if encoder is not None else TextEncoder()
+    if not isinstance(encoder, TextEncoder):
+        encoder = (encoder or TextEncoder)()
     embeddings = encoder.encode(texts)
+    cache_hits = encoder.last_cache_hits
     book = fit_codebook(
         embeddings,
         num_clusters,
@@ -130,7 +151,7 @@ def build_codebook_from_parquet(
         _write_parquet_atomic(add_cluster_ids(table, ids[start : start + table.num_rows]), out_path)
         start += table.num_rows
     report_paths = write_report(book, texts, ids, embeddings, out, examples_per_cluster=examples_per_cluster)
-    return BuildResult(book, codebook_path, out_paths, report_paths, texts, ids)
+    return BuildResult(book, codebook_path, out_paths, report_paths, texts, ids, cache_hits)
 
 
 def read_cluster_ids(path: str | os.PathLike) -> np.ndarray:

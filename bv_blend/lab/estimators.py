@@ -1,0 +1,135 @@
+"""The estimators the lab compares: data (a verl estimator name and the options merged into ``config.algorithm``).
+
+Every estimator runs through verl's own registered function, called as verl's trainer calls it
+(``bv_blend.verl.offline.compute_advantages``): token-level rewards (B, 1) with the outcome reward on the response's
+only token, an all-ones response mask, one uuid per prompt and step, and verl's default ``algorithm`` node with the
+spec's options merged in. The one exception is the ``oracle``: the true advantage R - p, which no estimator can
+know; it is a reference line, not a method.
+
+An entry that this installation cannot run (an estimator that is not registered, or a BV-Blend option that this
+version of ``BVBlendConfig`` does not have) is skipped with the reason, which the report prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from bv_blend import BVBlendConfig
+from bv_blend.verl import offline
+
+ORACLE = "oracle"
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One estimator: a name in verl's registry and the options merged into verl's ``config.algorithm``."""
+
+    label: str = field(compare=False)  # two specs that differ only in their label run once
+    adv_estimator: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    keeps_history: bool = False  # state carried between calls (must be reset between runs)
+
+    def algorithm_options(self, num_clusters: int) -> dict[str, Any]:
+        """The options for one run; BV-Blend also gets K (``algorithm.bv_blend.num_clusters``)."""
+        options = {key: dict(value) if isinstance(value, Mapping) else value for key, value in self.options.items()}
+        if self.adv_estimator == "bv_blend":
+            options["bv_blend"] = {**options.get("bv_blend", {}), "num_clusters": num_clusters}
+        return options
+
+    def with_bv_blend(self, label: str, **bv_options: Any) -> EstimatorSpec:
+        """A BV-Blend variant with some ``algorithm.bv_blend`` options changed (for sweeps)."""
+        return replace(self, label=label, options={"bv_blend": {**self.options.get("bv_blend", {}), **bv_options}})
+
+
+def bv_blend(label: str, **options: Any) -> EstimatorSpec:
+    return EstimatorSpec(label, "bv_blend", {"bv_blend": options}, keeps_history=True)
+
+
+# The estimator table. The stability options (variance_floor, max_abs_advantage="auto") are spec section 5 step 8;
+# "literal" is the paper's formulas exactly (no floor, no clip).
+LITERAL = {"variance_floor": "none", "max_abs_advantage": None}
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    "grpo": EstimatorSpec("GRPO", "grpo"),
+    "drgrpo": EstimatorSpec("Dr.GRPO", "grpo", {"norm_adv_by_std_in_grpo": False}),
+    "rloo": EstimatorSpec("RLOO", "rloo"),
+    "reinforce_pp": EstimatorSpec("REINFORCE++", "reinforce_plus_plus"),
+    "bv_sem": bv_blend("BV-Blend sem (defaults)"),
+    "bv_fixed": bv_blend("BV-Blend fixed w=0.5", weight_mode="fixed", fixed_weight=0.5),
+    "bv_neff": bv_blend("BV-Blend N_eff only", weight_mode="neff"),
+    "bv_sigma": bv_blend("BV-Blend sigma only", weight_mode="sigma"),
+    "bv_sem_literal": bv_blend("BV-Blend sem, paper-literal", weight_mode="sem", **LITERAL),
+    "bv_fixed_literal": bv_blend("BV-Blend fixed, paper-literal", weight_mode="fixed", fixed_weight=0.5, **LITERAL),
+    "bv_neff_literal": bv_blend("BV-Blend N_eff, paper-literal", weight_mode="neff", **LITERAL),
+    "bv_sigma_literal": bv_blend("BV-Blend sigma, paper-literal", weight_mode="sigma", **LITERAL),
+    "bv_sem_floor_only": bv_blend("BV-Blend sem, floor only", variance_floor="prior", max_abs_advantage=None),
+    "bv_sem_clip_only": bv_blend("BV-Blend sem, auto clip only", variance_floor="none", max_abs_advantage="auto"),
+    "bv_sem_clip5": bv_blend("BV-Blend sem, max_abs_advantage 5", max_abs_advantage=5.0),
+    # Companion estimators (issue 13): run as soon as verl has them registered; a stateful one also needs its
+    # history reset in bv_blend.verl.offline.HISTORY_RESETS.
+    "ha_dw": EstimatorSpec("HA-DW (GRPO)", "ha_dw", {"ha_dw": {}}, keeps_history=True),
+    "maxnorm_ac": EstimatorSpec("MaxNorm-RLOO", "maxnorm_ac", {"maxnorm": {}}),
+    ORACLE: EstimatorSpec("oracle R - p (reference)", ORACLE),
+}
+
+
+def unavailable_reason(spec: EstimatorSpec) -> str | None:
+    """Why this installation cannot run ``spec``, or None when it can."""
+    name = spec.adv_estimator
+    if name == ORACLE:
+        return None
+    if name not in offline.registered_estimators():
+        return f"verl has no advantage estimator {name!r} registered in this installation"
+    if spec.keeps_history and name not in offline.HISTORY_RESETS:
+        return f"{name!r} keeps a history but bv_blend.verl.offline.HISTORY_RESETS has no reset for it"
+    if name == "bv_blend":
+        options = dict(spec.options.get("bv_blend", {}))
+        try:
+            BVBlendConfig.from_mapping(options)
+        except (TypeError, ValueError) as error:
+            first_sentence = str(error).split(". ")[0].rstrip(".")
+            return f"this version's BVBlendConfig rejects {options}: {first_sentence}"
+    return None
+
+
+def bv_blend_config(spec: EstimatorSpec) -> BVBlendConfig | None:
+    """The full BV-Blend config a spec resolves to (defaults filled in), for the report."""
+    if spec.adv_estimator != "bv_blend" or unavailable_reason(spec) is not None:
+        return None
+    return BVBlendConfig.from_mapping(dict(spec.options.get("bv_blend", {})))
+
+
+class Advantages:
+    """One run's estimator: starts with an empty history, then maps a step's rewards to advantages."""
+
+    def __init__(self, spec: EstimatorSpec, num_clusters: int) -> None:
+        reason = unavailable_reason(spec)
+        if reason is not None:
+            raise ValueError(f"Cannot run {spec.label}: {reason}.")
+        self.spec = spec
+        self.oracle = spec.adv_estimator == ORACLE
+        if not self.oracle:
+            self.algorithm = offline.algorithm_config(spec.adv_estimator, spec.algorithm_options(num_clusters))
+            offline.reset_history(spec.adv_estimator)
+
+    def __call__(
+        self, rewards: np.ndarray, uids: np.ndarray, cluster_ids: np.ndarray, success_prob: np.ndarray
+    ) -> np.ndarray:
+        """(P, G) advantages for (P, G) rewards of P prompts (their uids, cluster ids and true success prob)."""
+        if self.oracle:
+            return rewards - success_prob[:, None]
+        num_prompts, group_size = rewards.shape
+        token_level_rewards = torch.from_numpy(rewards.reshape(-1, 1).astype(np.float32))
+        response_mask = torch.ones_like(token_level_rewards, dtype=torch.int64)
+        advantages = offline.compute_advantages(
+            token_level_rewards,
+            response_mask,
+            np.repeat(uids, group_size),
+            self.algorithm,
+            cluster_ids=np.repeat(cluster_ids, group_size),
+        )
+        return advantages[:, -1].numpy().astype(np.float64).reshape(num_prompts, group_size)

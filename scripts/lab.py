@@ -1,0 +1,115 @@
+"""The estimator lab: simulated RLVR runs of every estimator on the same random numbers; writes DIR/lab.md and plots.
+
+    python scripts/lab.py --suite quick --out /tmp/lab      # a few minutes on 2 cores
+    python scripts/lab.py --suite full --out docs/lab       # up to about 30 minutes
+
+See docs/lab.md for the environment, the metrics and the full suite's results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import platform
+import re
+import shlex
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+RESULTS = "results.pkl"  # the suite, its results and run info, to rerender the report without rerunning
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=("quick", "full"), default="quick")
+    parser.add_argument("--out", type=Path, required=True, help="directory for lab.md and the PNG plots")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    parser.add_argument("--seeds", type=int, default=None, help="override the suite's number of seeds (>= 2)")
+    parser.add_argument("--steps", type=int, default=None, help="override the suite's steps per run")
+    parser.add_argument(
+        "--rerender", action="store_true", help="rewrite DIR/lab.md and plots from DIR/results.pkl (no runs)"
+    )
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    if args.seeds is not None and args.seeds < 2:
+        parser.error("--seeds must be >= 2 (confidence intervals need two seeds)")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be >= 1")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        probe = args.out / ".lab_write_check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        parser.error(f"--out {args.out} is not a writable directory: {error}")
+    if args.rerender and not (args.out / RESULTS).is_file():
+        parser.error(f"--rerender needs {args.out / RESULTS} from an earlier run of this script")
+    return args
+
+
+def machine() -> str:
+    """CPU model, core count and the vector extensions that matter for numpy/torch speed."""
+    model, flags = platform.processor() or "unknown CPU", set()
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        model = found.group(1) if found else model
+        flags = set(re.search(r"^flags\s*:\s*(.+)$", text, re.M).group(1).split())  # type: ignore[union-attr]
+    except (OSError, AttributeError):
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(f for f in wanted if f in flags) or 'none found'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)  # before any torch work: the runs are tiny, and forked workers must not share a pool
+    import verl
+
+    from bv_blend.lab.experiments import run_experiments
+    from bv_blend.lab.report import RunInfo, write_report
+    from bv_blend.lab.suites import SUITES
+
+    if args.rerender:
+        with open(args.out / RESULTS, "rb") as handle:
+            saved = pickle.load(handle)
+        path = write_report(saved["suite"], saved["results"], saved["info"], args.out)
+        print(f"[lab] rewrote {path} from {args.out / RESULTS}")
+        return 0
+    suite = SUITES[args.suite]()
+    if args.steps is not None:
+        experiments = tuple(
+            replace(e, arms=tuple(replace(a, spec=replace(a.spec, steps=args.steps)) for a in e.arms))
+            for e in suite.experiments
+        )
+        suite = replace(suite, steps=args.steps, experiments=experiments)
+    if args.seeds is not None:
+        suite = replace(suite, seeds=args.seeds)
+    print(f"[lab] suite {suite.name}: {suite.seeds} seeds x {suite.steps} steps, {args.jobs} process(es)")
+    start = time.perf_counter()
+    results = run_experiments(suite.experiments, suite.seeds, suite.pilot_steps, jobs=args.jobs)
+    wall = time.perf_counter() - start
+    info = RunInfo(
+        command="python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
+        wall_seconds=wall,
+        jobs=args.jobs,
+        machine=machine(),
+        versions=f"verl {verl.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
+        f"Python {platform.python_version()}",
+    )
+    with open(args.out / RESULTS, "wb") as handle:
+        pickle.dump({"suite": suite, "results": results, "info": info}, handle)
+    path = write_report(suite, results, info, args.out)
+    print(f"[lab] wrote {path} and its plots in {wall / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

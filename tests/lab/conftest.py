@@ -1,0 +1,12 @@
+"""Each lab test starts with no BV-Blend session, so no history leaks between tests."""
+
+import pytest
+
+from bv_blend.verl import runtime
+
+
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    runtime.reset()
+    yield
+    runtime.reset()

@@ -1,0 +1,59 @@
+"""Experiments pair arms by seed, skip what cannot run with a reason, match step sizes, and write the report."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bv_blend.lab.estimators import ESTIMATORS, EstimatorSpec
+from bv_blend.lab.experiments import Experiment, run_experiments
+from bv_blend.lab.report import RunInfo, write_report
+from bv_blend.lab.run import run
+from bv_blend.lab.suites import SUITES, Suite, arms
+from tests.lab._helpers import SMALL
+
+STEPS, SEEDS, PILOT = 8, 2, 4
+
+
+def test_matched_experiment_and_its_report(tmp_path):
+    missing = EstimatorSpec("Not installed", "no_such_estimator")
+    experiment = Experiment(
+        "main", "tiny", arms([ESTIMATORS["grpo"], ESTIMATORS["bv_sem"], missing], STEPS, env=SMALL), matched=True
+    )
+    notes: list[str] = []
+    (result,) = run_experiments([experiment], SEEDS, PILOT, jobs=1, log=notes.append)
+    assert "no_such_estimator" in result.skipped["Not installed"] and len(notes) == 1
+    assert set(result.arms) == set(result.matched) == {"GRPO", "BV-Blend sem (defaults)"}
+
+    # The lr scale is the reference's mean pilot update norm over the arm's, and the matched runs use it.
+    grpo, bv = (a for a in experiment.arms[:2])
+    pilot = {
+        arm.label: np.mean([run(replace(arm.spec, seed=s, steps=PILOT)).update_norm.mean() for s in range(SEEDS)])
+        for arm in (grpo, bv)
+    }
+    assert result.matched["GRPO"].lr_scale == 1.0
+    assert result.matched[bv.label].lr_scale == pytest.approx(pilot["GRPO"] / pilot[bv.label], rel=1e-12)
+    rerun = run(replace(bv.spec, seed=1, lr_scale=result.matched[bv.label].lr_scale))
+    np.testing.assert_array_equal(result.matched[bv.label].runs[1].success, rerun.success)
+
+    suite = Suite("test", STEPS, SEEDS, PILOT, (experiment,))
+    info = RunInfo("python scripts/lab.py --suite test", 1.0, 1, "test machine", "versions")
+    text = write_report(suite, [result], info, tmp_path).read_text()
+    assert "| GRPO | " in text and "skipped **Not installed**" in text and "Bias against the true advantage" in text
+    assert "Step-size matched" in text
+    for name in ("main_delta.png", "main_curves.png", "bias.png", "abs_advantage.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_suites_are_well_formed(name):
+    suite = SUITES[name]()
+    assert suite.seeds >= 10
+    for experiment in suite.experiments:
+        labels = [arm.label for arm in experiment.arms]
+        assert len(labels) == len(set(labels)), experiment.key
+        for arm in experiment.arms:
+            assert arm.reference is None or arm.reference in labels, (experiment.key, arm.label)
+            assert arm.spec.env.rollouts_per_step == 128  # a fixed rollout budget everywhere

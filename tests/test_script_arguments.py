@@ -1,0 +1,117 @@
+"""Every script checks its arguments before expensive work: a bad value fails at once, naming the option, and
+nothing is loaded, read or run. Spies record whether the expensive step (an encoder load, verl, a benchmark,
+reading a log) was reached."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from bv_blend.codebook import encode
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def encoder_loads(monkeypatch) -> list[str]:
+    """Records every attempt to load a sentence encoder (and makes it fail, should one happen)."""
+    loads: list[str] = []
+
+    def load(self, model=encode.DEFAULT_ENCODER, **kwargs):
+        loads.append(model)
+        raise AssertionError("the encoder was loaded")
+
+    monkeypatch.setattr(encode.TextEncoder, "__init__", load)
+    return loads
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--num-clusters", "0"], "must be a positive integer, got 0"),
+        (["--num-clusters", "-3"], "must be a positive integer, got -3"),
+        (["--num-clusters", "4", "--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--num-clusters", "4", "--examples-per-cluster", "-1"], "must be >= 0"),
+    ],
+)
+def test_build_codebook_rejects_bad_options_before_reading_or_loading(argv, message, encoder_loads, capsys):
+    script = _script("build_codebook")
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["/does/not/exist.parquet", "--out-dir", "/tmp/never", *argv])  # not even the file is read
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert encoder_loads == []
+
+
+def test_build_codebook_checks_k_against_the_prompts_before_loading_the_encoder(tmp_path, encoder_loads, capsys):
+    from tests.test_annotate import questions, verl_frame
+
+    source = tmp_path / "train.parquet"
+    verl_frame(questions(2)).to_parquet(source, index=False)
+    assert _script("build_codebook").main([str(source), "--out-dir", str(tmp_path / "out"), "-k", "500"]) == 2
+    assert "larger than the number of prompts" in capsys.readouterr().err
+    assert encoder_loads == [] and not (tmp_path / "out").exists()
+
+
+def test_build_codebook_missing_input_is_named_before_loading_the_encoder(tmp_path, encoder_loads, capsys):
+    missing = tmp_path / "missing.parquet"
+    assert _script("build_codebook").main([str(missing), "--out-dir", str(tmp_path / "out"), "-k", "4"]) == 2
+    assert str(missing) in capsys.readouterr().err and encoder_loads == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sizes", "16"], "must be PROMPTSxROLLOUTS"),
+        (["--sizes", "0x8"], "must be PROMPTSxROLLOUTS"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--response-length", "0"], "--response-length must be >= 1"),
+        (["--num-clusters", "0"], "--num-clusters must be >= 1"),
+    ],
+)
+def test_bench_estimator_rejects_bad_arguments_before_benchmarking(argv, message, monkeypatch, capsys):
+    script = _script("bench_estimator")
+    benchmarked = []
+    monkeypatch.setattr(script, "bench_size", lambda *args: benchmarked.append(args))
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err and benchmarked == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--n", "0"], "--n must be >= 1"),
+        (["--ks", "64", "0"], "--ks must be >= 1"),
+        (["--n", "100", "--ks", "256"], "must be at most --n"),
+        (["--n", "100", "--ratio-n", "3000"], "must be at most --n"),
+    ],
+)
+def test_bench_codebook_rejects_bad_arguments_before_encoding(argv, message, encoder_loads, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _script("bench_codebook").main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err and encoder_loads == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--run", "a=x", "--run", "broken"], "--run expects NAME=PATH, got 'broken'"),
+        (["--run", "a=x", "--run", "a=y"], "given twice"),
+        (["--run", "a=x", "--smooth", "0"], "must be >= 1"),
+    ],
+)
+def test_plot_dynamics_checks_every_run_before_reading_any(argv, message, monkeypatch, capsys):
+    script = _script("plot_dynamics")
+    read = []
+    monkeypatch.setattr(script, "load_run", lambda path: read.append(path))
+    assert script.main(argv) == 2
+    assert message in capsys.readouterr().err and read == []
