@@ -8,6 +8,7 @@ kernels expect a standard head size (FINDINGS: head_dim 16 is unsafe).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +36,10 @@ class TinyModelSpec:
     seed: int = 0
 
 
-def build_tokenizer(vocab_size: int, seed: int = 0) -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int, seed: int = 0, exclude: Collection[str] = ()) -> PreTrainedTokenizerFast:
+    """A BPE tokenizer trained on the task's text, leaving out the questions in ``exclude`` (the held-out split)."""
     corpus = []
-    for p in make_problems(4000, seed=seed + 1000):
+    for p in make_problems(4000, seed=seed + 1000, exclude=exclude):
         corpus += [p.question, p.target]
     corpus += ["user", "assistant", "system"]
     tokenizer = Tokenizer(models.BPE())
@@ -78,7 +80,7 @@ def build_model(spec: TinyModelSpec, tokenizer: PreTrainedTokenizerFast) -> Qwen
 
 
 def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> Path:
-    """A checkpoint folder that verl (FSDP) and vLLM both load; fp32 weights, rollouts cast to bf16."""
+    """A checkpoint folder that verl (FSDP) and vLLM both load, in fp32 (configs/cpu_tiny.yaml keeps rollouts fp32)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)
     model.save_pretrained(out_dir)

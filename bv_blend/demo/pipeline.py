@@ -1,21 +1,26 @@
-"""The demo, end to end: tiny model + task -> warm-up -> codebook -> GRPO and BV-Blend with verl on CPU -> table.
+"""The demo, end to end: task + held-out split -> tiny model + warm-up -> codebook -> GRPO and BV-Blend with verl's
+stock trainer on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
 
 Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.verl.cpu.launch), on the
-same data, seed and warmed-up model, so the two runs differ only in ``algorithm.adv_estimator``.
+same data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``.
+scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its multi-seed grid (bv_blend/demo/compare.py).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from bv_blend.demo import model as tiny
 from bv_blend.demo import report
-from bv_blend.demo.task import make_problems, write_task
+from bv_blend.demo import reward as demo_reward
+from bv_blend.demo.task import assert_disjoint, make_problems, read_questions, write_task
 from bv_blend.demo.warmup import expected_group_shares, pass_rates, supervised_warmup
 
 METHODS = ("grpo", "bv_blend")
@@ -23,74 +28,181 @@ METHODS = ("grpo", "bv_blend")
 
 @dataclass
 class DemoSettings:
-    """What the command-line flags change; larger values make the demo longer (docs/cpu.md)."""
+    """What the command-line flags change (docs/cpu.md, "The demo", says why each default is what it is)."""
 
     work_dir: Path
-    steps: int = 30  # RL steps per method
+    steps: int = 24  # RL steps per method
     batch: int = 16  # prompts per step
     n: int = 4  # rollouts per prompt (group size)
-    warmup_steps: int = 800  # with lr 1e-3 cosine: easy families ~0.9, products ~0.5, two-digit sums ~0.03
+    lr: float = 1e-4  # actor lr, constant (verl's default schedule); 3e-4 is noisier, 1e-3 collapses the model
+    warmup_steps: int = 800  # supervised steps, lr 1e-3 with cosine decay
+    format_share: float = 0.5  # share of warm-up targets written "#### <answer>" (the rest: the bare answer)
+    val_prompts: int = 120  # held-out prompts, 24 per family (sums of 0-4 have only 50 distinct prompts)
+    val_samples: int = 4  # responses per held-out prompt at temperature 1 (verl's val_kwargs.n)
+    test_freq: int = 8  # verl validates before training, every test_freq steps and after the last step
     num_clusters: int = 8
-    n_train: int = 2048
+    n_train: int | None = None  # training rows; None: steps x batch, one fresh row per prompt of every step
     layers: int = 2
     hidden: int = 128
     seed: int = 0
-    timeout_s: float = 1500.0  # per verl run
+    timeout_s: float = 1800.0  # per verl run
+
+    def __post_init__(self) -> None:
+        # verl stops at the end of the first epoch (cpu_tiny.yaml: total_epochs 1): enough rows for every step
+        if self.n_train is None:
+            self.n_train = self.steps * self.batch
+
+    def preparation_key(self) -> dict[str, str]:
+        """The settings that decide the prepared task, model and codebook (a reused preparation must match them)."""
+        keys = ("warmup_steps", "format_share", "val_prompts", "num_clusters", "n_train", "layers", "hidden", "seed")
+        return {k: str(getattr(self, k)) for k in keys}
 
 
-def prepare_model(s: DemoSettings) -> tuple[Path, dict[str, float]]:
+@dataclass(frozen=True)
+class Prepared:
+    """What every verl run of a work folder shares."""
+
+    model: Path
+    train: Path  # annotated with cluster ids (the codebook is fitted on training prompts only)
+    val: Path  # held out: shares no prompt with train (checked on the files verl reads)
+    codebook: Path
+    warmup_pass_rates: dict[str, float] = field(default_factory=dict)
+    question_family: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, float]]:
     """Builds the tokenizer and model, warms it up and saves it; returns its folder and sampled pass rates."""
     out = s.work_dir / "model"
     # one thread: for a model this small, OpenMP synchronisation costs more than the second core gives
     torch.set_num_threads(1)
-    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed)
+    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out)
     model = tiny.build_model(tiny.TinyModelSpec(layers=s.layers, hidden=s.hidden, seed=s.seed), tokenizer)
-    supervised_warmup(model, tokenizer, s.warmup_steps, batch_size=32, lr=1e-3, seed=s.seed)
-    # 64 prompts per family x n samples: enough to tell 0.9 from 0.5 from 0.05
-    rates = pass_rates(model, tokenizer, make_problems(320, seed=s.seed + 7), samples=s.n, seed=s.seed)
+    supervised_warmup(model, tokenizer, s.warmup_steps, batch_size=32, lr=1e-3, seed=s.seed, exclude=held_out,
+                      format_share=s.format_share)
+    # 32 training prompts per family x n samples: enough to tell 0.9 from 0.5 from 0.05
+    rates = pass_rates(model, tokenizer, make_problems(160, seed=s.seed + 7, exclude=held_out), samples=s.n,
+                       seed=s.seed)
     tiny.save(model, tokenizer, out)
     return out, rates
 
 
-def build_clusters(s: DemoSettings, train: Path, val: Path) -> tuple[Path, list[Path]]:
-    """Codebook of the task's prompts with the packaged MiniLM encoder + annotated parquet copies."""
+def build_clusters(s: DemoSettings, train: Path) -> tuple[Path, Path]:
+    """Codebook of the training prompts with the packaged MiniLM encoder + the annotated copy of train.parquet.
+
+    Validation rows need no cluster id: verl computes no advantage for them.
+    """
     from bv_blend.codebook.annotate import build_codebook_from_parquet
 
-    result = build_codebook_from_parquet([train, val], s.work_dir / "clusters", s.num_clusters, seed=s.seed)
-    return result.codebook_path, result.annotated_paths
+    result = build_codebook_from_parquet([train], s.work_dir / "clusters", s.num_clusters, seed=s.seed)
+    return result.codebook_path, result.annotated_paths[0]
 
 
-def verl_overrides(s: DemoSettings, method: str, model: Path, data: list[Path], codebook: Path,
-                   run_dir: Path) -> list[str]:
-    """The per-run hydra overrides on top of configs/cpu_tiny.yaml; identical between methods but the estimator."""
+def clusters_per_family(annotated_train: Path) -> dict[str, dict[int, int]]:
+    """How many training rows of each family went to each cluster: how well clusters follow the task families."""
+    from bv_blend.codebook import CLUSTER_KEY
+
+    counts: dict[str, dict[int, int]] = {}
+    for info in pd.read_parquet(annotated_train, columns=["extra_info"])["extra_info"]:
+        per_cluster = counts.setdefault(info["family"], {})
+        per_cluster[int(info[CLUSTER_KEY])] = per_cluster.get(int(info[CLUSTER_KEY]), 0) + 1
+    return {family: dict(sorted(c.items())) for family, c in counts.items()}
+
+
+def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
+    """Task, warmed-up model and codebook in ``s.work_dir``; with ``reuse``, a finished preparation made with the
+    same settings (``prepared.json``) is taken as it is."""
+    marker = s.work_dir / "prepared.json"
+    if reuse and marker.is_file():
+        saved = json.loads(marker.read_text())
+        if saved["key"] == s.preparation_key():
+            print(f"[demo] reusing the task, model and codebook prepared in {s.work_dir}")
+            return _prepared_from(saved)
+        raise ValueError(f"{s.work_dir} was prepared with other settings ({saved['key']}, now "
+                         f"{s.preparation_key()}); use another work folder or the same settings")
+    s.work_dir.mkdir(parents=True, exist_ok=True)
+    train, val = write_task(s.work_dir / "task", s.n_train, s.val_prompts, s.seed, per_family_sources=True)
+    held_out = set(read_questions(val))
+    print("[demo] warming up the tiny model (supervised, a minute or two)")
+    model, rates = prepare_model(s, held_out)
+    print("[demo] pass rates after warm-up (training prompts, sampled at T=1): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
+    shares = expected_group_shares(rates, s.n)
+    print(f"[demo] expected groups of {s.n} rollouts (p^n all-right, (1-p)^n all-wrong): "
+          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    print("[demo] building the codebook of the training prompts with the packaged MiniLM encoder")
+    codebook, annotated_train = build_clusters(s, train)
+    # the held-out check, on the very files verl will read
+    assert_disjoint(read_questions(annotated_train), held_out)
+    print(f"[demo] held-out split: {len(held_out)} validation prompts, none among the "
+          f"{len(set(read_questions(annotated_train)))} distinct training prompts")
+    print("[demo] training rows per cluster, by family: " + "; ".join(
+        f"{family} {clusters}" for family, clusters in clusters_per_family(annotated_train).items()))
+    saved = {"key": s.preparation_key(), "model": str(model), "train": str(annotated_train), "val": str(val),
+             "codebook": str(codebook), "warmup_pass_rates": rates}
+    marker.write_text(json.dumps(saved, indent=2))
+    return _prepared_from(saved)
+
+
+def _prepared_from(saved: dict) -> Prepared:
+    val = Path(saved["val"])
+    frame = pd.read_parquet(val, columns=["extra_info"])
+    question_family = {info["question"]: info["family"] for info in frame["extra_info"]}
+    return Prepared(Path(saved["model"]), Path(saved["train"]), val, Path(saved["codebook"]),
+                    saved["warmup_pass_rates"], question_family)
+
+
+def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
+                   batch: int | None = None, steps: int | None = None, seed: int | None = None) -> list[str]:
+    """The per-run hydra overrides on top of configs/cpu_tiny.yaml; identical between methods but the estimator.
+
+    ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them).
+    """
+    n, batch = n or s.n, batch or s.batch
+    steps = steps or s.steps
+    seed = s.seed if seed is None else seed
     return [
         f"algorithm.adv_estimator={method}",
-        f"algorithm.bv_blend.codebook_path={codebook}",
-        f"actor_rollout_ref.model.path={model}",
-        f"data.train_files={data[0]}",
-        f"data.val_files={data[1]}",
-        f"data.train_batch_size={s.batch}",
-        f"data.seed={s.seed}",
-        f"++actor_rollout_ref.actor.ppo_mini_batch_size={s.batch}",
-        f"++actor_rollout_ref.rollout.n={s.n}",
-        f"trainer.total_training_steps={s.steps}",
+        f"algorithm.bv_blend.codebook_path={prepared.codebook}",
+        f"actor_rollout_ref.model.path={prepared.model}",
+        f"data.train_files={prepared.train}",
+        f"data.val_files={prepared.val}",
+        f"data.train_batch_size={batch}",
+        f"data.seed={seed}",  # the order of training prompts
+        f"actor_rollout_ref.rollout.seed={seed}",  # vLLM's sampling seed
+        f"actor_rollout_ref.actor.optim.lr={s.lr}",
+        f"++actor_rollout_ref.actor.ppo_mini_batch_size={batch}",  # one optimizer step per RL step: on-policy
+        f"++actor_rollout_ref.rollout.n={n}",
+        # validation: verl's own loop, on the held-out prompts, sampled like the training rollouts (T=1)
+        "trainer.val_before_train=true",
+        f"trainer.test_freq={s.test_freq}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={s.val_samples}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        *demo_reward.verl_overrides(),
+        f"trainer.total_training_steps={steps}",
         f"trainer.experiment_name={method}",
         f"trainer.default_local_dir={run_dir / 'checkpoints'}",
-        f"++trainer.rollout_data_dir={run_dir / 'rollouts'}",
+        f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+        f"trainer.validation_data_dir={run_dir / 'validation'}",
     ]
 
 
-def run_method(s: DemoSettings, method: str, model: Path, data: list[Path], codebook: Path) -> Path:
+def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, **run: int | None) -> Path:
+    """One verl run into ``run_dir`` (log, metrics JSONL, rollout and validation dumps); raises if it fails.
+
+    The folder is emptied first: dumps of an earlier, longer run would otherwise be read as this run's.
+    """
     from bv_blend.verl.cpu.launch import run_trainer
 
-    run_dir = s.work_dir / "runs" / method
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
     started = time.time()
-    rc = run_trainer(verl_overrides(s, method, model, data, codebook, run_dir), log_path=run_dir / "verl.log",
+    log = run_dir / "verl.log"
+    rc = run_trainer(verl_overrides(s, method, prepared, run_dir, **run), log_path=log,
                      metrics_path=run_dir / "metrics.jsonl", timeout_s=s.timeout_s)
-    print(f"[demo] {method}: verl exited {rc} after {time.time() - started:.0f} s (log: {run_dir / 'verl.log'})")
+    print(f"[demo] {method}: verl exited {rc} after {time.time() - started:.0f} s (log: {log})")
     if rc != 0:
-        log = run_dir / "verl.log"
         raise RuntimeError(f"verl's trainer failed for {method} (exit {rc}); the end of {log} says why")
     return run_dir
 
@@ -98,30 +210,18 @@ def run_method(s: DemoSettings, method: str, model: Path, data: list[Path], code
 def run_demo(s: DemoSettings) -> str:
     """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png)."""
     t0 = time.time()
-    s.work_dir.mkdir(parents=True, exist_ok=True)
-    train, val = write_task(s.work_dir / "task", s.n_train, 64, s.seed)
-    print("[demo] warming up the tiny model (supervised, a few minutes at most)")
-    model, rates = prepare_model(s)
-    print("[demo] pass rates after warm-up (sampled, T=1): " + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
-    shares = expected_group_shares(rates, s.n)
-    print(f"[demo] expected groups of {s.n} rollouts (p^n all-right, (1-p)^n all-wrong): "
-          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
-    print("[demo] building the codebook with the packaged MiniLM encoder")
-    codebook, annotated = build_clusters(s, train, val)
-    curves, summaries = {}, {}
+    prepared = prepare(s)
+    runs = {}
     for method in METHODS:
-        print(f"[demo] training with {method} on verl's stock trainer (CPU)")
-        run_dir = run_method(s, method, model, annotated, codebook)
-        metrics = report.read_metrics(run_dir / "metrics.jsonl")
-        signal = report.signal_of(method, metrics, run_dir / "rollouts")
-        curves[method] = (metrics, signal)
-        summaries[method] = report.run_summary(metrics, signal) | report.group_shares(run_dir / "rollouts")
-    table = report.comparison_table(summaries)
-    png = report.plot_curves(curves, s.work_dir / "curves.png")
+        print(f"[demo] training with {method} on verl's stock trainer (CPU), validating on the held-out prompts")
+        run_dir = run_method(s, method, prepared, s.work_dir / "runs" / method)
+        runs[method] = report.read_run(method, run_dir, prepared.question_family)
+    table = report.demo_tables(runs)
+    png = report.plot_runs(runs, s.work_dir / "curves.png")
     (s.work_dir / "table.txt").write_text(table + "\n")
-    settings = {k: str(v) for k, v in asdict(s).items()}
+    wall = time.time() - t0
     (s.work_dir / "summary.json").write_text(json.dumps(
-        {"settings": settings, "warmup_pass_rates": rates, "expected_group_shares": shares, "table": summaries,
-         "wall_s": time.time() - t0}, indent=2))
-    print(f"[demo] plot: {png}\n[demo] total {time.time() - t0:.0f} s")
+        {"settings": {k: str(v) for k, v in asdict(s).items()}, "warmup_pass_rates": prepared.warmup_pass_rates,
+         "runs": {m: r.summary() for m, r in runs.items()}, "wall_s": wall}, indent=2))
+    print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table

@@ -1,8 +1,13 @@
-"""Supervised warm-up: teach the random tiny model the answer format and some arithmetic, but not all of it.
+"""Supervised warm-up: teach the random tiny model some arithmetic, but not all of it, and two answer styles.
 
 RL from a random model that never scores gives every method zero signal. A short warm-up on the task's
 families leaves easy families mostly solved and hard ones mostly failed, so rollout groups are a real mix of
 all-right, all-wrong and split groups. Pass rates are measured by sampling at temperature 1, as verl's rollouts do.
+
+With ``format_share`` < 1 some targets are the bare answer (``42``) instead of the verifier's format (``#### 42``),
+as a pretrained model answers in more than one style: the warmed-up model then knows many answers but writes
+them in the accepted style only part of the time, which is what RL with a strict verifier teaches first
+(docs/cpu.md, "The demo", explains why the demo relies on it).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import functools
 import math
 import random
 from collections import defaultdict
+from collections.abc import Collection
 
 import torch
 from tqdm.auto import tqdm
@@ -32,12 +38,17 @@ def _prompt_ids(tokenizer: PreTrainedTokenizerFast, question: str) -> list[int]:
     return list(_cached_prompt_ids(tokenizer, question))
 
 
-def _batch(tokenizer: PreTrainedTokenizerFast, problems: list[Problem]) -> tuple[torch.Tensor, ...]:
-    """Right-padded input ids, attention mask and labels that score only the response and its end token."""
+def _batch(tokenizer: PreTrainedTokenizerFast, problems: list[Problem],
+           targets: list[str] | None = None) -> tuple[torch.Tensor, ...]:
+    """Right-padded input ids, attention mask and labels that score only the response and its end token.
+
+    ``targets`` replaces the problems' own targets (``#### <answer>``) where given.
+    """
     rows, labels = [], []
-    for p in problems:
+    for i, p in enumerate(problems):
         prompt = _prompt_ids(tokenizer, p.question)
-        response = tokenizer(p.target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        target = p.target if targets is None else targets[i]
+        response = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         rows.append(prompt + response)
         labels.append([-100] * len(prompt) + response)
     width = max(map(len, rows))
@@ -49,8 +60,15 @@ def _batch(tokenizer: PreTrainedTokenizerFast, problems: list[Problem]) -> tuple
 
 
 def supervised_warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, steps: int, batch_size: int = 32,
-                      lr: float = 1e-3, seed: int = 0) -> list[float]:
-    """``steps`` AdamW steps on fresh problems; returns the loss per step."""
+                      lr: float = 1e-3, seed: int = 0, exclude: Collection[str] = (),
+                      format_share: float = 1.0) -> list[float]:
+    """``steps`` AdamW steps on fresh problems, none of whose question is in ``exclude`` (the held-out split);
+    returns the loss per step.
+
+    A ``format_share`` of the targets are in the verifier's format (``#### 42``), the others the bare answer.
+    """
+    if not 0.0 < format_share <= 1.0:
+        raise ValueError(f"format_share={format_share} must be in (0, 1]: the share of targets written '#### <answer>'")
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     # Linear warm-up, then cosine decay to zero. A constant 3e-3 made the loss climb back (0.68 -> 0.88 between
@@ -58,11 +76,14 @@ def supervised_warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFas
     # answer distribution, which is what sampling at temperature 1 rewards.
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1.0 + math.cos(math.pi * s / steps)))
-    problems = make_problems(steps * batch_size, seed=seed + 2000)
+    problems = make_problems(steps * batch_size, seed=seed + 2000, exclude=exclude)
+    style = random.Random(seed + 3000)
+    targets = [p.target if style.random() < format_share else str(p.answer) for p in problems]
     losses = []
     model.train()
     for step in tqdm(range(steps), desc="warm-up", unit="step"):
-        ids, mask, labels = _batch(tokenizer, problems[step * batch_size:(step + 1) * batch_size])
+        window = slice(step * batch_size, (step + 1) * batch_size)
+        ids, mask, labels = _batch(tokenizer, problems[window], targets[window])
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         optimizer.step()

@@ -1,0 +1,94 @@
+"""GRPO vs BV-Blend on verl's stock trainer on CPU: several seeds, two group sizes at the same rollout budget,
+validated on held-out prompts; writes a table and a plot into docs/benchmarks.md (docs/benchmarks.md says more).
+
+Runs unattended for hours and resumes: run the same command again after an interruption, and the finished runs
+are skipped (an unfinished one restarts). Ctrl-C or SIGTERM stops the current verl run and every process it started.
+
+    python scripts/compare_cpu.py                                   # the full comparison (~2 h on 2 cores)
+    python scripts/compare_cpu.py --seeds 0 --group-sizes 4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from bv_blend.demo import compare
+from bv_blend.demo.pipeline import METHODS, DemoSettings, prepare
+from bv_blend.machine import describe_cpu
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("compare_out"), help="runs, results and the shared model")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--group-sizes", type=int, nargs="+", default=[4, 2], help="rollouts per prompt")
+    p.add_argument("--rollouts-per-step", type=int, default=32, help="prompts x group size, the same for every n")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--steps", type=int, default=100, help="RL steps per run")
+    p.add_argument("--test-freq", type=int, default=20, help="validate every this many steps (and before and after)")
+    p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
+    p.add_argument("--lr", type=float, default=DemoSettings.lr)
+    p.add_argument("--warmup-steps", type=int, default=DemoSettings.warmup_steps)
+    p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"), help="markdown file the results go in")
+    a = p.parse_args(argv)
+    if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
+        p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
+    try:
+        a.specs = compare.grid(a.methods, a.group_sizes, a.rollouts_per_step, a.seeds)
+    except ValueError as e:
+        p.error(str(e))
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    # SIGTERM ends the process through Python's exit path, so that run_trainer's clean-up stops the verl run
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # every run trains on at most steps x (largest batch) rows of one shared preparation
+    largest_batch = max(spec.batch for spec in a.specs)
+    s = DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
+                     val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.steps * largest_batch)
+    key = compare.settings_key(s)
+    todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
+    started = time.time()
+    prepared = prepare(s, reuse=True)
+    failed = []
+    with tqdm(total=len(a.specs), initial=len(a.specs) - len(todo), desc="runs", unit="run", position=0) as runs:
+        for spec in todo:
+            runs.set_postfix_str(spec.name)
+            with tqdm(total=a.steps, desc=f"  {spec.name}", unit="step", position=1, leave=False) as steps:
+                try:
+                    compare.run_one(s, prepared, a.out, spec, key, on_step=lambda step: steps.update(step - steps.n))
+                except RuntimeError as e:  # a failed verl run: the others still run; a rerun retries this one
+                    failed.append(spec.name)
+                    tqdm.write(f"[compare] {spec.name} failed: {e}")
+                    continue
+            runs.update(1)
+    if failed:
+        sys.exit(f"[compare] {len(failed)} run(s) failed: {', '.join(failed)}. Their logs say why; run the same "
+                 "command again to retry them (finished runs are kept). No results were written.")
+    results = [compare.load_result(a.out, spec, key) for spec in a.specs]
+    png = a.docs.with_name(a.docs.stem + "_cpu.png")
+    compare.plot_comparison(results, png)
+    command = "python scripts/compare_cpu.py" + (" " + shlex.join(argv) if argv else "")
+    settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "lr": a.lr, "warm-up steps": a.warmup_steps,
+                "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples, "test_freq": a.test_freq}
+    generated = compare.results_markdown(results, command, describe_cpu(), png.name, time.time() - started,
+                                         {k: str(v) for k, v in settings.items()}, date.today().isoformat())
+    doc = compare.write_benchmarks(a.docs, generated)
+    print(compare.summary_table(results).to_string())
+    print(compare.paired_differences(results).to_string())
+    print(f"[compare] wrote {doc} and {png}")
+
+
+if __name__ == "__main__":
+    main()

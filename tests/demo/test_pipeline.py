@@ -1,0 +1,73 @@
+"""The demo's verl overrides compose with verl's real config (every key exists, values parse), and the settings
+checks that run before any expensive work."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+
+from bv_blend.demo import reward
+from bv_blend.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
+from bv_blend.verl.cpu.launch import DEFAULT_CPU_CONFIG
+
+
+def _compose(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    # as verl's main_ppo composes: from its config module, ours found through the search-path plugin
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose(DEFAULT_CPU_CONFIG, overrides=overrides)  # what the launcher runs, by name
+
+
+def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):
+    s = DemoSettings(work_dir=tmp_path)
+    prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
+                        codebook=tmp_path / "codebook.npz")
+    config = _compose(verl_overrides(s, "grpo", prepared, tmp_path / "run", n=2, batch=16, seed=3))
+    rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
+    assert config.algorithm.adv_estimator == "grpo"
+    assert (rollout.n, config.data.train_batch_size, config.actor_rollout_ref.actor.ppo_mini_batch_size) == (2, 16, 16)
+    assert (config.data.seed, rollout.seed, config.actor_rollout_ref.actor.optim.lr) == (3, 3, s.lr)
+    # validation: verl's loop on the held-out file, before training and every test_freq steps, sampled at T=1
+    assert config.data.val_files == str(prepared.val) and trainer.val_before_train is True
+    assert trainer.test_freq == s.test_freq and trainer.validation_data_dir == str(tmp_path / "run" / "validation")
+    assert (rollout.val_kwargs.n, rollout.val_kwargs.do_sample, rollout.val_kwargs.temperature) == (
+        s.val_samples, True, 1.0)
+    assert rollout.val_kwargs.top_p == 1.0 and rollout.val_kwargs.top_k == -1  # plain sampling, like training
+    assert (config.reward.custom_reward_function.path, config.reward.custom_reward_function.name) == (
+        reward.PATH, reward.NAME)
+    assert trainer.total_training_steps == s.steps and trainer.save_freq == -1
+    defaults = _compose(verl_overrides(s, "bv_blend", prepared, tmp_path / "run"))
+    assert (defaults.actor_rollout_ref.rollout.n, defaults.data.train_batch_size) == (s.n, s.batch)
+
+
+def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):
+    assert DemoSettings(work_dir=tmp_path, steps=30, batch=16).n_train == 480
+    assert DemoSettings(work_dir=tmp_path, n_train=5000).n_train == 5000
+
+
+def test_reusing_a_preparation_made_with_other_settings_is_refused(tmp_path):
+    marker = tmp_path / "prepared.json"
+    marker.write_text('{"key": {"warmup_steps": "1"}}')
+    with pytest.raises(ValueError, match="was prepared with other settings"):
+        prepare(DemoSettings(work_dir=tmp_path), reuse=True)
+    assert marker.read_text() == '{"key": {"warmup_steps": "1"}}'
+
+
+def test_warmup_refuses_a_format_share_outside_0_1():
+    from bv_blend.demo.warmup import supervised_warmup
+
+    with pytest.raises(ValueError, match="format_share=0.0 must be in"):
+        supervised_warmup(model=None, tokenizer=None, steps=1, format_share=0.0)
+
+
+
+def test_clusters_per_family_counts_annotated_rows(tmp_path):
+    import pandas as pd
+
+    from bv_blend.codebook import CLUSTER_KEY
+    from bv_blend.demo.pipeline import clusters_per_family
+
+    rows = [("echo", 0), ("echo", 3), ("echo", 0), ("big_sum", 6)]
+    pd.DataFrame({"extra_info": [{"family": f, CLUSTER_KEY: c} for f, c in rows]}).to_parquet(tmp_path / "t.parquet")
+    assert clusters_per_family(tmp_path / "t.parquet") == {"echo": {0: 2, 3: 1}, "big_sum": {6: 1}}
