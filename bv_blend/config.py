@@ -19,7 +19,7 @@ VARIANCE_FLOORS = ("prior", "none")
 AUTO = "auto"
 # Options added after states were first saved, with the value that reproduces how such a state was computed:
 # before variance_floor existed, no floor was applied.
-ADDED_OPTIONS: dict[str, Any] = {"variance_floor": "none"}
+ADDED_OPTIONS: dict[str, Any] = {"variance_floor": "none", "bounded_scale_tau": None}
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class BVBlendConfig:
             every row at it; ``None`` is no clip (the paper).
         variance_floor: ``"prior"`` (default): the historical variance is at least V_prior / max(N_k, delta_N)
             wherever it is used; ``"none"``: v_k = m2 - m1^2 as in the paper.
+        bounded_scale_tau: ``None`` (default): the blended scale s_g as the paper has it. A number tau >= 0: bounded
+            BV-Blend (companions spec section 4), s_g = max(s_g, max_i |R_i - b_g|, tau), so |A| <= 1 and the
+            ratios within a group are kept; it shrinks GRPO's large values (1 right of 8: 2.47 -> 1), so retune
+            the learning rate.
         sync_across_ranks: all-reduce the per-call sufficient statistics when torch.distributed runs
             with more than one rank.
     """
@@ -54,6 +58,7 @@ class BVBlendConfig:
     fixed_weight: float = 0.5
     max_abs_advantage: float | str | None = AUTO
     variance_floor: str = "prior"
+    bounded_scale_tau: float | None = None
     sync_across_ranks: bool = True
 
     def __post_init__(self) -> None:
@@ -84,6 +89,10 @@ class BVBlendConfig:
             self.variance_floor,
             f"must be one of {', '.join(VARIANCE_FLOORS)}",
         )
+        if self.bounded_scale_tau is not None:
+            value = self.bounded_scale_tau
+            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+            _require(ok, "bounded_scale_tau", value, "must be a finite number >= 0, or None for the unbounded scale")
         _require(
             isinstance(self.sync_across_ranks, bool), "sync_across_ranks", self.sync_across_ranks, "must be a bool"
         )
@@ -130,7 +139,7 @@ def config_mismatch(
     if not changed:
         return None
     note = ""
-    if older := predates(saved):
+    if older := [name for name in predates(saved) if name in changed]:
         computed = ", ".join(f"{name}={as_saved[name]!r}" for name in older)
         note = (
             f" The state was saved before the option(s) {older} existed, so it was computed with {computed}"

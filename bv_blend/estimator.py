@@ -8,6 +8,7 @@ One call, for rows i in groups g of clusters k (section numbers are the spec's):
     (5.2) b_g   = w m1_k + (1 - w) mean_g
           s_g^2 = w v_k  + (1 - w) std_g^2
           A_i   = (R_i - b_g) / (s_g + eps)
+    (C4)  s_g  <- max(s_g, max_i |R_i - b_g|, tau)  (bounded_scale_tau=tau, companions spec 4; off by default)
     (5.8) |A_i| <= max(5, (n_g - 1) / sqrt(n_g))                         (max_abs_advantage="auto"; or a number)
     (5.5) S1_k, S2_k, n_k over the call's valid rows, all-reduced across ranks
     (5.6, 5.7) cold start, then the EMA update of (N, m1, m2)
@@ -29,6 +30,7 @@ import torch
 
 from bv_blend.call_sums import DEGENERATE, CallSums
 from bv_blend.config import AUTO, BVBlendConfig, config_mismatch, options_as_saved
+from bv_blend.estimators.compositions import bounded_blend_scale
 from bv_blend.grouping import GroupIds
 from bv_blend.host import all_true
 from bv_blend.inputs import TOO_LARGE, Batch, check_inputs, check_token_level
@@ -68,7 +70,7 @@ class Blend(NamedTuple):
     has_history: np.ndarray  # (G,) bool: the group's cluster was seen before this call
     hist_var: np.ndarray  # (G,) v_k of the group's cluster (floored)
     floor_raised: np.ndarray  # (G,) bool: the variance floor raised that v_k
-    scale: np.ndarray  # (G,) s_g
+    scale: np.ndarray  # (G,) s_g, before any bound (it counts the groups with a signal)
     advantage: np.ndarray  # (B,) A_i, 0 on invalid rows
 
 
@@ -186,7 +188,11 @@ class BVBlendEstimator:
         local_weight = 1.0 - weight
         baseline = weight * hist_mean + local_weight * groups.mean
         scale = np.sqrt(weight * hist_var + local_weight * groups.var)
-        advantage = (batch.reward - baseline[batch.codes]) / (scale[batch.codes] + cfg.epsilon)
+        divisor = scale
+        if cfg.bounded_scale_tau is not None:  # (companions spec 4) bounded BV-Blend: |A| <= 1
+            tau = cfg.bounded_scale_tau
+            divisor = bounded_blend_scale(batch.reward, batch.codes, baseline, scale, tau, batch.valid)
+        advantage = (batch.reward - baseline[batch.codes]) / (divisor[batch.codes] + cfg.epsilon)
 
         # (5.3, 5.8) Guard against extreme advantages (not in the paper).
         bound = self._advantage_bound(batch, groups)

@@ -69,8 +69,10 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "bv_sem_floor_only": bv_blend("BV-Blend sem, floor only", variance_floor="prior", max_abs_advantage=None),
     "bv_sem_clip_only": bv_blend("BV-Blend sem, auto clip only", variance_floor="none", max_abs_advantage="auto"),
     "bv_sem_clip5": bv_blend("BV-Blend sem, max_abs_advantage 5", max_abs_advantage=5.0),
-    # Companion estimators (issue 13): run as soon as verl has them registered; a stateful one also needs its
-    # history reset in bv_blend.verl.offline.HISTORY_RESETS.
+    # Bounded BV-Blend (companions spec 4): s = max(s_BV, max |R - b|, tau), |A| <= 1.
+    "bv_bounded": bv_blend("BV-Blend sem, bounded scale (tau 0.01)", bounded_scale_tau=0.01),
+    # Companion estimators, through verl's registry like the rest; a stateful one also needs its history reset in
+    # bv_blend.verl.offline.HISTORY_RESETS.
     "ha_dw": EstimatorSpec("HA-DW (GRPO)", "ha_dw", {"ha_dw": {}}, keeps_history=True),
     "maxnorm_ac": EstimatorSpec("MaxNorm-RLOO", "maxnorm_ac", {"maxnorm": {}}),
     ORACLE: EstimatorSpec("oracle R - p (reference)", ORACLE),

@@ -39,6 +39,7 @@ MAIN = (
     "bv_sem_floor_only",
     "bv_sem_clip_only",
     "bv_sem_clip5",
+    "bv_bounded",
     "ha_dw",
     "maxnorm_ac",
     "oracle",

@@ -7,7 +7,8 @@ and refuses the unsound stacks with the reason (:func:`bv_blend.estimators.check
 - ``algorithm.filter_groups.enable`` with ``bv_blend``: the zero-gap skip deletes the groups BV-Blend exists for;
 - ``algorithm.ha_dw.*`` set with ``maxnorm_ac`` or ``bv_blend``: HA-DW's weight stacked on them;
 - ``algorithm.maxnorm.*`` set with ``bv_blend`` or an estimator without an RRP stage;
-- ``algorithm.use_kl_in_reward`` with ``maxnorm_ac``.
+- ``algorithm.use_kl_in_reward`` with ``maxnorm_ac``;
+- ``algorithm.bv_blend.bounded_scale_tau`` with any estimator but ``bv_blend``.
 
 Options of one of our estimators that the selected estimator would silently ignore are an error too. NTF composes
 with every estimator; only the legacy trainer's rollout-correction bypass mode, which swaps the loss for its own, is
@@ -94,6 +95,9 @@ def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tupl
     if rrp:
         keys = ", ".join(requested[maxnorm.OPTIONS_NAME])
         why.append(f"algorithm.maxnorm.{{{keys}}} asks for the RRP (run adv_estimator=maxnorm_ac instead)")
+    bounded = section_options(algorithm, BV_BLEND).get("bounded_scale_tau") is not None
+    if bounded and estimator != BV_BLEND:
+        why.append("algorithm.bv_blend.bounded_scale_tau is set, but it bounds only bv_blend's scale (set it null)")
     kl_in_reward = bool(config_get(algorithm, "use_kl_in_reward"))
     if kl_in_reward and estimator == maxnorm.ESTIMATOR_NAME:
         why.append("algorithm.use_kl_in_reward=true puts -beta KL into the rewards (set it false)")
@@ -102,6 +106,7 @@ def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tupl
         reward_binning=rrp,
         skip_zero_gap=zero_gap_filter or rrp_skip,
         difficulty_weighting=difficulty,
+        bounded_scale=bounded,
         use_kl_in_reward=kl_in_reward,
     )
     return composition, why

@@ -42,9 +42,11 @@ TEXT_FIELDS = ("prompt", "raw_prompt")
 def _checked_init(legacy: bool) -> Callable[[Callable], Callable]:
     def make(original: Callable) -> Callable:
         def __init__(self, config, *args, **kwargs):
+            from bv_blend.verl import context_budget
             from bv_blend.verl.compositions import check_run
 
             check_run(config, legacy=legacy)  # bad options / missing codebook / unsound stacks fail here
+            context_budget.check_run(config)  # a prompt + response budget over the model's context fails here
             return original(self, config, *args, **kwargs)
 
         return __init__

@@ -27,10 +27,11 @@ import bv_blend.verl.plugin  # noqa: F401  (registers bv_blend when verl's core_
 from bv_blend.verl import runtime
 from bv_blend.verl.context import batch_context
 
-# Estimators that keep a history between calls, and how to forget it. A stateful companion estimator (issue 13:
-# ha_dw's anchor) adds one line here once it exists; the lab refuses to run a stateful estimator without one.
+# Estimators that keep a history between calls, and how to forget it (runtime.reset forgets every process-wide
+# estimator, HA-DW's anchor included); the lab refuses to run a stateful estimator without an entry here.
 HISTORY_RESETS: dict[str, Callable[[], None]] = {
     "bv_blend": runtime.reset,
+    "ha_dw": runtime.reset,
 }
 # Estimators that need each prompt's cluster id (published as a uid -> cluster map around the call).
 NEEDS_CLUSTERS = frozenset({"bv_blend"})

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,23 @@ def test_every_reason_is_reported_at_once():
 )
 def test_sound_compositions_pass(composition):
     check_composition(composition)
+
+
+def test_bounded_bv_blend_is_the_blend_divided_by_its_largest_magnitude():
+    """Spec 4: where tau does not bind, bounded BV-Blend = A^BV / max(1, max_j |A^BV_j|) per group, over calls with
+    history (w > 0), and the history is folded in exactly as without the bound."""
+    from bv_blend import BVBlendConfig, BVBlendEstimator
+
+    rng = np.random.default_rng(0)
+    plain = BVBlendEstimator(3, BVBlendConfig(max_abs_advantage=None))
+    bounded = BVBlendEstimator(3, BVBlendConfig(max_abs_advantage=None, bounded_scale_tau=0.0))
+    groups = np.repeat(np.arange(6), 4)
+    for _ in range(5):
+        rewards = torch.tensor((rng.random(groups.size) < 0.4).astype(float), dtype=torch.float64)
+        clusters = torch.tensor(groups % 3)
+        a, b = plain.compute(rewards, groups, clusters).numpy(), bounded.compute(rewards, groups, clusters).numpy()
+        largest = np.array([np.abs(a[groups == g]).max() for g in groups])
+        np.testing.assert_allclose(b, a / np.maximum(1.0, largest), rtol=1e-5, atol=1e-9)
+        assert np.abs(b).max() <= 1.0 + 1e-9
+    for name, tensor in plain.moments.state_dict().items():
+        torch.testing.assert_close(bounded.moments.state_dict()[name], tensor, rtol=0, atol=0)

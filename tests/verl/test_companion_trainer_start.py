@@ -70,6 +70,10 @@ def _start(name: str, updates: dict[str, Any], legacy: bool = False) -> None:
         ("ha_dw", {"algorithm.ha_dw.lamda_scale": 1.5}, r"Unknown option\(s\) algorithm.ha_dw.\{lamda_scale\}"),
         ("ha_dw", {"algorithm.ha_dw.mode": "kalmann"}, "algorithm.ha_dw.mode='kalmann' is invalid"),
         ("maxnorm_rloo", {"algorithm.maxnorm.delta_res": 2.0}, r"algorithm.maxnorm.delta_res=2.0 is invalid"),
+        ("grpo", {"algorithm.bv_blend.bounded_scale_tau": 0.01},
+         r"(?s)bounded_scale_tau is set, but it bounds only bv_blend's scale.*maxnorm_ac is bounded already"),
+        ("qwen25_math_7b", {**K, "algorithm.bv_blend.bounded_scale_tau": -1.0},
+         r"bounded_scale_tau=-1.0 is invalid: it must be a finite number >= 0"),
     ],
 )  # fmt: skip
 def test_trainer_start_refuses_bad_options_and_unsound_stacks(name, updates, match):
@@ -92,6 +96,7 @@ def test_legacy_bypass_mode_would_swap_the_ntf_loss_and_is_refused():
         ("maxnorm_rloo", {}),
         ("ntf_rfpp", {}),
         ("bv_blend_ntf", K),  # the sound composition: BV-Blend at rollout.n=1 with NTF
+        ("qwen25_math_7b", {**K, "algorithm.bv_blend.bounded_scale_tau": 0.01}),  # bounded BV-Blend
         ("ha_dw", {"algorithm.adv_estimator": "grpo"}),  # the declared defaults request nothing
         ("ntf_rfpp", {"algorithm.adv_estimator": "rloo"}),  # NTF composes with any estimator
     ],

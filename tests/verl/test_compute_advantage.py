@@ -118,3 +118,30 @@ def test_missing_k_and_unknown_option_are_clear_errors():
         ray_trainer.compute_advantage(
             step_dataproto(step_rows(0)), adv_estimator="bv_blend", config=algorithm(temprature=0.2)
         )
+
+
+def _one_group(rewards: list[float], cluster: int, uid: str) -> list[dict]:
+    return [
+        {"uid": uid, "extra_info": {CLUSTER_KEY: cluster, "index": 0, "split": "train"},
+         "response_mask": torch.ones(3, dtype=torch.int64), "rm_scores": torch.tensor([0.0, 0.0, r])}
+        for r in rewards
+    ]  # fmt: skip
+
+
+def test_bounded_blend_worked_example_through_verl():
+    """Companions spec 4: a first group with 1 right of 8 (no history, so GRPO's value) goes from 2.47 to 1 with
+    algorithm.bv_blend.bounded_scale_tau; the ratio within the group is kept, and the history is the same."""
+    rows = _one_group([1.0] + [0.0] * 7, cluster=1, uid="g0")
+    plain = ray_trainer.compute_advantage(step_dataproto(rows), adv_estimator="bv_blend", config=algorithm())
+    runtime.reset()
+    config = algorithm(bounded_scale_tau=0.01)
+    bounded = ray_trainer.compute_advantage(step_dataproto(rows), adv_estimator="bv_blend", config=config)
+    unbounded, capped = plain.batch["advantages"][:, 0], bounded.batch["advantages"][:, 0]
+    assert unbounded[0].item() == pytest.approx(0.875 / np.sqrt(1 / 8), rel=1e-5)  # 2.47
+    assert capped[0].item() == pytest.approx(1.0, rel=1e-5) and capped[1].item() == pytest.approx(-1 / 7, rel=1e-5)
+    torch.testing.assert_close(capped / capped[0], unbounded / unbounded[0])
+    # An all-wrong group of the same cluster on the next step: history-based, and still within [-1, 1].
+    later = ray_trainer.compute_advantage(
+        step_dataproto(_one_group([0.0] * 8, cluster=1, uid="g1")), adv_estimator="bv_blend", config=config
+    ).batch["advantages"][:, 0]
+    assert bool((later < 0).all()) and later.abs().max().item() <= 1.0 + 1e-6

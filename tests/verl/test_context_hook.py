@@ -17,12 +17,6 @@ trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(pytest.fail.Exception, TypeError, AttributeError, ValueError),  # no raise, or verl's __init__ fails
-    reason="needs one line in bv_blend/verl/hooks.py (_checked_init, before the `if`): "
-    "`context_budget.check_run(config)`; the lead adds it when merging (issue 14). Then drop this marker.",
-)
 @pytest.mark.parametrize("trainer_cls", ["v1", "legacy"])
 def test_trainer_start_refuses_a_budget_over_the_models_context(tmp_path, trainer_cls):
     model = tmp_path / "Qwen2.5-Math-7B"
