@@ -14,8 +14,10 @@ Two questions per key (a dotted path such as ``actor_rollout_ref.actor.grad_clip
    for the key's section (the ``_target_`` above it), so ``OptimizerConfig``'s own ``self.grad_clip`` does not
    count as a read of the actor's ``grad_clip``.
 
-``algorithm.bv_blend.*`` is ours, not verl's: it is checked against the options bv_blend reads
-(``BVBlendConfig`` and the glue's ``GlueOptions``). A key verl's yaml does not declare still counts as declared
+``algorithm.bv_blend.*``, ``algorithm.ha_dw.*`` and ``algorithm.maxnorm.*`` are ours, not verl's: each is checked
+against the options bv_blend reads there (``BVBlendConfig`` and the glue's ``GlueOptions``; HA-DW's and MaxNorm-AC's
+options). So is the NTF loss's one key on verl's section, ``policy_loss.ntf_keep_ratio``, with the ``_target_`` that
+selects the dataclass declaring it (verl builds each section's dataclass from its ``_target_``). A key verl's yaml does not declare still counts as declared
 when it is a field of the section's ``_target_`` dataclass (``omega_conf_to_dataclass`` accepts it). Below
 :data:`PASS_THROUGH` mappings, which verl hands whole to another library, nothing can be checked.
 
@@ -41,7 +43,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-OUR_NAMESPACE = ("algorithm", "bv_blend")
 # Top-level entries of a config file that are hydra's, not the trainer's.
 HYDRA_ENTRIES = frozenset({"defaults", "hydra"})
 # Mappings verl passes whole to another library: ray.init(**ray_init) (trainer/main_ppo.py) and the
@@ -223,10 +224,25 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _our_option_keys() -> frozenset[str]:
+@cache
+def our_sections() -> dict[tuple[str, ...], frozenset[str]]:
+    """Our option sections in verl's config, each with the keys bv_blend reads there."""
+    from bv_blend.verl import ha_dw, maxnorm
     from bv_blend.verl.options import ESTIMATOR_KEYS, GLUE_KEYS
 
-    return ESTIMATOR_KEYS | GLUE_KEYS
+    return {
+        ("algorithm", "bv_blend"): ESTIMATOR_KEYS | GLUE_KEYS,
+        ("algorithm", "ha_dw"): frozenset(ha_dw.defaults()),
+        ("algorithm", "maxnorm"): frozenset(maxnorm.defaults()),
+    }
+
+
+@cache
+def our_keys_in_verl_sections() -> frozenset[str]:
+    """Keys we add to a section of verl's: the NTF keep ratio, and the ``_target_`` selecting its dataclass."""
+    from bv_blend.verl import losses
+
+    return frozenset({f"{losses.SECTION}.{losses.KEEP_RATIO_KEY}", f"{losses.SECTION}._target_"})
 
 
 def _dataclass_field(parts: list[str], depth: int) -> Any | None:
@@ -240,10 +256,12 @@ def _dataclass_field(parts: list[str], depth: int) -> Any | None:
 def check_key(key: str) -> Finding | None:
     """None if verl (or bv_blend) declares and reads ``key``; else the finding that says why not."""
     parts = key.split(".")
-    if tuple(parts[:2]) == OUR_NAMESPACE:
-        if len(parts) == 3 and parts[2] in _our_option_keys():
+    if (known := our_sections().get(tuple(parts[:2]))) is not None:
+        if len(parts) == 3 and parts[2] in known:
             return None
-        return Finding(key, "unknown", f"not a bv_blend option; known: {sorted(_our_option_keys())}")
+        return Finding(key, "unknown", f"not a bv_blend option of {'.'.join(parts[:2])}; known: {sorted(known)}")
+    if key in our_keys_in_verl_sections():
+        return None
     if any(key == prefix or key.startswith(prefix + ".") for prefix in PASS_THROUGH):
         return None
     node, depth = _node(verl_schema(), parts)

@@ -62,6 +62,9 @@ def test_grad_clip_is_declared_but_unread_and_clip_grad_is_read():
         ("trainer.total_training_step", "unknown", "no 'total_training_step' under trainer"),
         ("nonsense.key", "unknown", "no 'nonsense' under <root>"),
         ("algorithm.bv_blend.gama", "unknown", "not a bv_blend option"),
+        ("algorithm.ha_dw.lamda_scale", "unknown", "not a bv_blend option of algorithm.ha_dw"),
+        ("algorithm.maxnorm.delta_ress", "unknown", "not a bv_blend option of algorithm.maxnorm"),
+        ("actor_rollout_ref.actor.policy_loss.ntf_keep_ratoi", "unknown", "no 'ntf_keep_ratoi'"),
         # a ++ key that is not a field of the section's dataclass either
         ("actor_rollout_ref.rollout.enable_sleep_modee", "unknown", "no 'enable_sleep_modee'"),
         ("actor_rollout_ref.actor.fsdp_config.mixed_precisionn.param_dtype", "unknown", "no 'mixed_precisionn'"),
