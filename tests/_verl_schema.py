@@ -17,7 +17,8 @@ Two questions per key (a dotted path such as ``actor_rollout_ref.actor.grad_clip
 ``algorithm.bv_blend.*``, ``algorithm.ha_dw.*`` and ``algorithm.maxnorm.*`` are ours, not verl's: each is checked
 against the options bv_blend reads there (``BVBlendConfig`` and the glue's ``GlueOptions``; HA-DW's and MaxNorm-AC's
 options). So is the NTF loss's one key on verl's section, ``policy_loss.ntf_keep_ratio``, with the ``_target_`` that
-selects the dataclass declaring it (verl builds each section's dataclass from its ``_target_``). A key verl's yaml does not declare still counts as declared
+selects the dataclass declaring it (verl builds each section's dataclass from its ``_target_``).
+A key verl's yaml does not declare still counts as declared
 when it is a field of the section's ``_target_`` dataclass (``omega_conf_to_dataclass`` accepts it). Below
 :data:`PASS_THROUGH` mappings, which verl hands whole to another library, nothing can be checked.
 
