@@ -22,6 +22,7 @@ from bv_blend.demo import report
 from bv_blend.demo import reward as demo_reward
 from bv_blend.demo.task import assert_disjoint, make_problems, read_questions, write_task
 from bv_blend.demo.warmup import expected_group_shares, pass_rates, supervised_warmup
+from bv_blend.machine import describe_cpu
 
 METHODS = ("grpo", "bv_blend")
 
@@ -210,6 +211,8 @@ def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, 
 def run_demo(s: DemoSettings) -> str:
     """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png)."""
     t0 = time.time()
+    cpu = describe_cpu()  # first, so that any report of this run says which kind of CPU it came from
+    print(f"[demo] {cpu}")
     prepared = prepare(s)
     runs = {}
     for method in METHODS:
@@ -218,10 +221,10 @@ def run_demo(s: DemoSettings) -> str:
         runs[method] = report.read_run(method, run_dir, prepared.question_family)
     table = report.demo_tables(runs)
     png = report.plot_runs(runs, s.work_dir / "curves.png")
-    (s.work_dir / "table.txt").write_text(table + "\n")
+    (s.work_dir / "table.txt").write_text(f"{cpu}\n{table}\n")
     wall = time.time() - t0
     (s.work_dir / "summary.json").write_text(json.dumps(
-        {"settings": {k: str(v) for k, v in asdict(s).items()}, "warmup_pass_rates": prepared.warmup_pass_rates,
-         "runs": {m: r.summary() for m, r in runs.items()}, "wall_s": wall}, indent=2))
+        {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()},
+         "warmup_pass_rates": prepared.warmup_pass_rates, "runs": {m: r.summary() for m, r in runs.items()}, "wall_s": wall}, indent=2))
     print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table

@@ -71,3 +71,17 @@ def test_clusters_per_family_counts_annotated_rows(tmp_path):
     rows = [("echo", 0), ("echo", 3), ("echo", 0), ("big_sum", 6)]
     pd.DataFrame({"extra_info": [{"family": f, CLUSTER_KEY: c} for f, c in rows]}).to_parquet(tmp_path / "t.parquet")
     assert clusters_per_family(tmp_path / "t.parquet") == {"echo": {0: 2, 3: 1}, "big_sum": {6: 1}}
+
+
+def test_the_demo_says_which_cpu_it_runs_on_before_anything_else(tmp_path, monkeypatch, capsys):
+    from bv_blend.demo import pipeline
+    from bv_blend.machine import describe_cpu
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("stopped after the first line")
+
+    monkeypatch.setattr(pipeline, "prepare", stop)
+    with pytest.raises(RuntimeError, match="stopped"):
+        pipeline.run_demo(DemoSettings(work_dir=tmp_path))
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"[demo] {describe_cpu()}" and first.startswith("[demo] CPU: ")
