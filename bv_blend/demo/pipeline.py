@@ -225,6 +225,7 @@ def run_demo(s: DemoSettings) -> str:
     wall = time.time() - t0
     (s.work_dir / "summary.json").write_text(json.dumps(
         {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()},
-         "warmup_pass_rates": prepared.warmup_pass_rates, "runs": {m: r.summary() for m, r in runs.items()}, "wall_s": wall}, indent=2))
+         "warmup_pass_rates": prepared.warmup_pass_rates, "runs": {m: r.summary() for m, r in runs.items()},
+         "wall_s": wall}, indent=2))
     print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table
