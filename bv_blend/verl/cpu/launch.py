@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -93,17 +94,35 @@ def run_trainer(
         out.flush()
     else:
         sys.stdout.write(header)
-    process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                               start_new_session=True)
+    with _sigterm_exits():
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                   start_new_session=True)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return 124
+        finally:
+            _stop_run(process.pid, run_id)
+            process.wait()
+            if out is not None:
+                out.close()
+
+
+@contextlib.contextmanager
+def _sigterm_exits():
+    """While a run is on: SIGTERM ends this process through Python's exit path, so the clean-up above still runs.
+
+    Python's default SIGTERM kills the process at once, skipping ``finally`` and leaving the run's Ray and vLLM
+    processes behind (they live in their own session). A handler the caller installed is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return 124
+        yield
     finally:
-        _stop_run(process.pid, run_id)
-        process.wait()
-        if out is not None:
-            out.close()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def verl_rule_score(data_source: str, response: str, ground_truth: str) -> float:

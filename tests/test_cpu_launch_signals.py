@@ -1,0 +1,48 @@
+"""The CPU launcher stops every process of a run when it is itself terminated (SIGTERM), not only when the trainer
+ends. The trainer here is a stand-in process tree (a child plus a grandchild in its own session, as Ray's daemons
+are): what is tested is the launcher's signal handling and clean-up, which the real trainer's e2e tests
+(tests/e2e/) cover for runs that end by themselves, in 5 seconds instead of minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+from bv_blend.verl.cpu.launch import processes_of_run
+
+CHILD = "import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); time.sleep(300)"
+LAUNCHER = f"""
+import sys
+from bv_blend.verl.cpu import launch
+launch.trainer_command = lambda overrides, cpu_config=None: [sys.executable, "-c", {CHILD!r}]
+launch.run_trainer([], run_id=sys.argv[1])
+"""
+
+
+def _wait_for(condition, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sigterm_to_the_launcher_stops_every_process_of_the_run():
+    run_id = "signal-test-" + uuid.uuid4().hex
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, run_id], env={**os.environ})
+    try:
+        # the stand-in trainer and its setsid grandchild are up (the launcher itself carries no marker)
+        assert _wait_for(lambda: len(processes_of_run(run_id)) >= 2), "the stand-in run did not start"
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+        assert _wait_for(lambda: processes_of_run(run_id) == [], 10), processes_of_run(run_id)
+    finally:
+        launcher.kill()
+        for pid in processes_of_run(run_id):
+            os.kill(pid, signal.SIGKILL)
