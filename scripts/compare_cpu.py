@@ -38,6 +38,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=DemoSettings.lr)
     p.add_argument("--warmup-steps", type=int, default=DemoSettings.warmup_steps)
     p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"), help="markdown file the results go in")
+    p.add_argument("--report", action="store_true",
+                   help="run nothing: write the results of the runs finished so far, marked as partial")
     a = p.parse_args(argv)
     if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
         p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
@@ -60,6 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     key = compare.settings_key(s)
     todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
+    if a.report:
+        if len(todo) == len(a.specs):
+            sys.exit(f"[compare] no run in {a.out} has finished yet: nothing to report")
+        write_report(a, argv, s, [spec for spec in a.specs if spec not in todo], started, [t.name for t in todo])
+        return
     prepared = prepare(s, reuse=True)
     failed = []
     with tqdm(total=len(a.specs), initial=len(a.specs) - len(todo), desc="runs", unit="run", position=0) as runs:
@@ -76,14 +83,23 @@ def main(argv: list[str] | None = None) -> None:
     if failed:
         sys.exit(f"[compare] {len(failed)} run(s) failed: {', '.join(failed)}. Their logs say why; run the same "
                  "command again to retry them (finished runs are kept). No results were written.")
-    results = [compare.load_result(a.out, spec, key) for spec in a.specs]
+    write_report(a, argv, s, a.specs, started)
+
+
+def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finished: list, started: float,
+                 missing: list[str] = ()) -> None:
+    """Tables and plot of the ``finished`` runs into ``--docs`` (and its PNG); ``missing`` marks them partial."""
+    key = compare.settings_key(s)
+    results = [compare.load_result(a.out, spec, key) for spec in finished]
     png = a.docs.with_name(a.docs.stem + "_cpu.png")
     compare.plot_comparison(results, png)
-    command = "python scripts/compare_cpu.py" + (" " + shlex.join(argv) if argv else "")
+    run_args = [arg for arg in argv if arg != "--report"]
+    command = "python scripts/compare_cpu.py" + (" " + shlex.join(run_args) if run_args else "")
     settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "lr": a.lr, "warm-up steps": a.warmup_steps,
                 "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples, "test_freq": a.test_freq}
-    generated = compare.results_markdown(results, command, describe_cpu(), png.name, time.time() - started,
-                                         {k: str(v) for k, v in settings.items()}, date.today().isoformat())
+    wall_s = None if missing else time.time() - started
+    generated = compare.results_markdown(results, command, describe_cpu(), png.name, wall_s,
+                                         {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing)
     doc = compare.write_benchmarks(a.docs, generated)
     print(compare.summary_table(results).to_string())
     print(compare.paired_differences(results).to_string())

@@ -279,13 +279,21 @@ def _markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
-def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: str, wall_s: float,
-                     settings: dict[str, str], date: str) -> str:
-    """The generated part of docs/benchmarks.md."""
+def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: str, wall_s: float | None,
+                     settings: dict[str, str], date: str, missing: Sequence[str] = ()) -> str:
+    """The generated part of docs/benchmarks.md; ``missing`` names the runs of the grid not finished yet, and
+    ``wall_s`` is this invocation's wall time (``None`` when it ran nothing)."""
+    partial = [] if not missing else [
+        f"**Partial results: {len(results)} of {len(results) + len(missing)} runs.** Not run yet: "
+        f"{', '.join(missing)}. The same command (without `--report`) runs them; the tables below cover the finished "
+        "runs only, so an arm with fewer seeds has a wider interval (none with one seed).",
+        "",
+    ]
     return "\n".join([
         BEGIN,
-        f"Measured {date} on `{cpu}`, {sum(r['wall_s'] for r in results) / 3600:.1f} h of verl runs "
-        f"({wall_s / 3600:.1f} h wall for this invocation), with",
+        *partial,
+        f"Measured {date} on `{cpu}`, {sum(r['wall_s'] for r in results) / 3600:.1f} h of verl runs"
+        + ("" if wall_s is None else f" ({wall_s / 3600:.1f} h wall for this invocation)") + ", with",
         "",
         "```bash",
         command,

@@ -8,6 +8,7 @@ import json
 import math
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,26 @@ def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_pat
         script.main(["--out", str(tmp_path / "out"), "--group-sizes", "4", "--seeds", "0",
                      "--docs", str(tmp_path / "bench.md")])
     assert ran == ["grpo_n4_seed0", "bv_blend_n4_seed0"] and not (tmp_path / "bench.md").exists()
+
+
+def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    script = _script()
+    key = {"settings": "of this comparison"}
+    monkeypatch.setattr(compare, "settings_key", lambda s: key)
+    monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("--report prepared a run"))
+    monkeypatch.setattr(compare, "run_one", lambda *a, **k: pytest.fail("--report started a run"))
+    out, doc = tmp_path / "out", tmp_path / "bench.md"
+    doc.write_text(f"# Bench\n\n{compare.BEGIN}\nnot in yet\n{compare.END}\n")
+    args = ["--out", str(out), "--group-sizes", "4", "--seeds", "0", "1", "--docs", str(doc), "--report"]
+    with pytest.raises(SystemExit, match="no run .* has finished yet"):
+        script.main(args)
+    for spec in script.parse_args(args).specs[:3]:  # seed 0 of both methods, seed 1 of grpo
+        compare.fresh_run_dir(out, spec)
+        record = _result(spec.method, spec.n, spec.seed, 0.5 + 0.01 * spec.seed)
+        compare.save_result(out, spec, {**record, "spec": asdict(spec), "settings": key})
+    script.main(args)
+    text = doc.read_text()
+    assert "**Partial results: 3 of 4 runs.** Not run yet: bv_blend_n4_seed1." in text
+    assert "not in yet" not in text and "wall for this invocation" not in text
+    command = next(line for line in text.splitlines() if line.startswith("python scripts/compare_cpu.py"))
+    assert "--report" not in command and "| grpo n=4 (8 prompts) | 2 |" in text  # the command that completes it
