@@ -39,8 +39,8 @@ class DemoSettings:
     warmup_steps: int = 800  # supervised steps, lr 1e-3 with cosine decay
     format_share: float = 0.5  # share of warm-up targets written "#### <answer>" (the rest: the bare answer)
     val_prompts: int = 120  # held-out prompts, 24 per family (sums of 0-4 have only 50 distinct prompts)
-    val_samples: int = 4  # responses per held-out prompt at temperature 1 (verl's val_kwargs.n)
-    test_freq: int = 8  # verl validates before training, every test_freq steps and after the last step
+    val_samples: int = 3  # responses per held-out prompt at temperature 1 (verl's val_kwargs.n)
+    test_freq: int = 12  # verl validates before training, every test_freq steps and after the last step
     num_clusters: int = 8
     n_train: int | None = None  # training rows; None: steps x batch, one fresh row per prompt of every step
     layers: int = 2
