@@ -24,29 +24,48 @@ WARMUP_STEPS = 300
 @dataclass(frozen=True)
 class CpuAssets:
     work: Path
-    overrides: tuple[str, ...]  # the hydra overrides every e2e run shares
+    base_overrides: tuple[str, ...]  # BV-Blend, the tiny model and its learning rate
+    codebook_overrides: tuple[str, ...]  # the codebook and the task annotated with its clusters
     question_to_cluster: dict[str, int]
+    task: tuple[Path, Path]  # the train and val parquet files, before annotation
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The hydra overrides every e2e run shares."""
+        return (*self.base_overrides, *self.codebook_overrides)
+
+    def overrides_with_codebook(self, num_clusters: int) -> tuple[str, ...]:
+        """The shared overrides, with a codebook of ``num_clusters`` clusters built on the same task."""
+        codebook, _ = _codebook(self.task, self.work / f"clusters_k{num_clusters}", num_clusters)
+        return (*self.base_overrides, *codebook)
+
+
+def _codebook(task: tuple[Path, Path], out_dir: Path, num_clusters: int) -> tuple[tuple[str, ...], list[Path]]:
+    built = build_codebook_from_parquet(list(task), out_dir, num_clusters, seed=0)
+    overrides = (
+        f"algorithm.bv_blend.codebook_path={built.codebook_path}",
+        f"data.train_files={built.annotated_paths[0]}",
+        f"data.val_files={built.annotated_paths[1]}",
+    )
+    return overrides, list(built.annotated_paths)
 
 
 def build_cpu_assets(work: Path) -> CpuAssets:
-    train, val = write_task(work / "task", n_train=128, n_val=16, seed=0)
+    task = write_task(work / "task", n_train=128, n_val=16, seed=0)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab)
     model = tiny.build_model(tiny.TinyModelSpec(), tokenizer)
     supervised_warmup(model, tokenizer, WARMUP_STEPS, batch_size=32, lr=1e-3, seed=0)
     tiny.save(model, tokenizer, work / "model")
-    built = build_codebook_from_parquet([train, val], work / "clusters", K, seed=0)
+    codebook, annotated = _codebook(task, work / "clusters", K)
     question_to_cluster = {}
-    for path in built.annotated_paths:
+    for path in annotated:
         for extra in pd.read_parquet(path)["extra_info"]:
             question_to_cluster[extra["question"]] = int(extra["bv_blend_cluster"])
-    overrides = (
+    base = (
         "algorithm.adv_estimator=bv_blend",
-        f"algorithm.bv_blend.codebook_path={built.codebook_path}",
         f"actor_rollout_ref.model.path={work / 'model'}",
-        f"data.train_files={built.annotated_paths[0]}",
-        f"data.val_files={built.annotated_paths[1]}",
         "actor_rollout_ref.actor.optim.lr=1e-3",  # a visible step, so that stale rollout weights would show
     )
-    return CpuAssets(work, overrides, question_to_cluster)
+    return CpuAssets(work, base, codebook, question_to_cluster, task)

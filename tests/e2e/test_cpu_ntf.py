@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import pytest
 
-from bv_blend.codebook.annotate import build_codebook_from_parquet
 from bv_blend.demo.report import read_metrics
 from bv_blend.verl.cpu.launch import processes_of_run, run_trainer
 from tests.e2e._assets import CpuAssets
@@ -36,14 +35,8 @@ BV_BLEND_METRICS = ("bv_blend/effective_signal_ratio", "bv_blend/grpo_signal_rat
 def run(cpu_assets: CpuAssets) -> dict:
     work = cpu_assets.work
     run_id = "e2e-ntf-" + work.name
-    one_cluster = build_codebook_from_parquet([work / "task" / "train.parquet", work / "task" / "val.parquet"],
-                                              work / "ntf_clusters", 1, seed=0)  # fmt: skip
-    replaced = ("algorithm.bv_blend.codebook_path=", "data.train_files=", "data.val_files=")
     overrides = [
-        *(o for o in cpu_assets.overrides if not o.startswith(replaced)),  # BV-Blend, the tiny model and task
-        f"algorithm.bv_blend.codebook_path={one_cluster.codebook_path}",
-        f"data.train_files={one_cluster.annotated_paths[0]}",
-        f"data.val_files={one_cluster.annotated_paths[1]}",
+        *cpu_assets.overrides_with_codebook(1),  # BV-Blend, the tiny model and task, one cluster
         "actor_rollout_ref.rollout.n=1",
         "actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig",
         "actor_rollout_ref.actor.policy_loss.loss_mode=ntf",
