@@ -228,7 +228,8 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> list[str]:
 @cache
 def our_sections() -> dict[tuple[str, ...], frozenset[str]]:
     """Our option sections in verl's config, each with the keys bv_blend reads there."""
-    from bv_blend.verl import ha_dw, maxnorm
+    from bv_blend.verl.glue import ha_dw
+    from bv_blend.verl.glue import maxnorm_ac as maxnorm
     from bv_blend.verl.options import ESTIMATOR_KEYS, GLUE_KEYS
 
     return {
@@ -241,7 +242,7 @@ def our_sections() -> dict[tuple[str, ...], frozenset[str]]:
 @cache
 def our_keys_in_verl_sections() -> frozenset[str]:
     """Keys we add to a section of verl's: the NTF keep ratio, and the ``_target_`` selecting its dataclass."""
-    from bv_blend.verl import losses
+    from bv_blend.verl.glue import ntf as losses
 
     return frozenset({f"{losses.SECTION}.{losses.KEEP_RATIO_KEY}", f"{losses.SECTION}._target_"})
 

@@ -13,12 +13,12 @@ import sys
 import time
 import uuid
 
-from bv_blend.verl.cpu.launch import processes_of_run
+from bv_blend.cpu.launch import processes_of_run
 
 CHILD = "import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); time.sleep(300)"
 LAUNCHER = f"""
 import sys
-from bv_blend.verl.cpu import launch
+from bv_blend.cpu import launch
 launch.trainer_command = lambda overrides, cpu_config=None: [sys.executable, "-c", {CHILD!r}]
 launch.run_trainer([], run_id=sys.argv[1])
 """

@@ -120,13 +120,12 @@ def test_compute_score_reads_the_timeout_from_extra_info():
     assert time.perf_counter() - start < 1.5 + 2.0
 
 
-@pytest.mark.parametrize("path_form", ["pkg", "pkg_short", "file"])
+@pytest.mark.parametrize("path_form", ["pkg", "file"])
 def test_verl_loads_compute_score_as_a_custom_reward_function(path_form):
-    """verl's own loader, with the module given as pkg:// (the paper kit's module, and the short name that older
-    configs use) and as a file path (loaded under another name)."""
+    """verl's own loader, with the module given as pkg:// and as a file path (loaded under another name)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    paths = {"pkg": "pkg://bv_blend.paper.rewards", "pkg_short": "pkg://bv_blend.rewards", "file": rewards.__file__}
+    paths = {"pkg": "pkg://bv_blend.paper.rewards", "file": rewards.__file__}
     path = paths[path_form]
     config = OmegaConf.create(
         {"reward": {"custom_reward_function": {"path": path, "name": "compute_score", "reward_kwargs": {}}}}

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from bv_blend.estimator import AUTO_CLIP_MIN
+from bv_blend.blend.estimator import AUTO_CLIP_MIN
 from tests._estimator_helpers import batch_of_groups, state_tensors
 from tests.test_collapse_theorem import token_level
 

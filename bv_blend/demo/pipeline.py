@@ -1,7 +1,7 @@
 """The demo, end to end: task + held-out split -> tiny model + warm-up -> codebook -> GRPO and BV-Blend with verl's
 stock trainer on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
 
-Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.verl.cpu.launch), on the
+Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.cpu.launch), on the
 same data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``.
 scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its multi-seed grid (bv_blend/demo/compare.py).
 """
@@ -193,7 +193,7 @@ def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, 
 
     The folder is emptied first: dumps of an earlier, longer run would otherwise be read as this run's.
     """
-    from bv_blend.verl.cpu.launch import run_trainer
+    from bv_blend.cpu.launch import run_trainer
 
     if run_dir.exists():
         shutil.rmtree(run_dir)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bv_blend.cpu.launch import verl_rule_score
 from bv_blend.demo.task import FAMILIES, GSM8K_SOURCE
-from bv_blend.verl.cpu.launch import verl_rule_score
 
 PATH = "pkg://bv_blend.demo.reward"
 NAME = "compute_score"

@@ -155,7 +155,7 @@ def run(s: StandinSettings, on_row: Callable[[dict], None] = lambda row: None) -
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=(0.9, 0.999), weight_decay=0.01)
     estimator = None
     if s.method == "bv_blend":
-        from bv_blend.estimator import BVBlendEstimator
+        from bv_blend.blend.estimator import BVBlendEstimator
 
         estimator = BVBlendEstimator(len(FAMILIES))
         cluster_of = {family: k for k, family in enumerate(FAMILIES)}

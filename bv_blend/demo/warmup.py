@@ -22,8 +22,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from bv_blend.cpu.launch import verl_rule_score
 from bv_blend.demo.task import DATA_SOURCE, Problem, make_problems
-from bv_blend.verl.cpu.launch import verl_rule_score
 
 
 @functools.lru_cache(maxsize=65536)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.grouping import is_padding_uid
-from bv_blend.inputs import NO_CLUSTER, nonempty_rows
+from bv_blend.core.grouping import is_padding_uid
+from bv_blend.core.inputs import NO_CLUSTER, nonempty_rows
 from bv_blend.verl.options import ANNOTATE_HINT
 from bv_blend.verl.runtime import ProcessEstimator
 

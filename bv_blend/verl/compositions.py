@@ -2,7 +2,7 @@
 
 :func:`check_run` is called by the trainer hooks before any worker or vLLM server starts. It validates the options of
 the selected estimator (and builds it), then reads from the config which of the family's parts the run would stack
-and refuses the unsound stacks with the reason (:func:`bv_blend.estimators.check_composition`):
+and refuses the unsound stacks with the reason (:func:`bv_blend.companions.check_composition`):
 
 - ``algorithm.filter_groups.enable`` with ``bv_blend``: the zero-gap skip deletes the groups BV-Blend exists for;
 - ``algorithm.ha_dw.*`` set with ``maxnorm_ac`` or ``bv_blend``: HA-DW's weight stacked on them;
@@ -21,8 +21,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bv_blend.estimators import Composition, check_composition
-from bv_blend.verl import ha_dw, maxnorm, runtime
+from bv_blend.companions import Composition, check_composition
+from bv_blend.verl import runtime
+from bv_blend.verl.glue import ha_dw
+from bv_blend.verl.glue import maxnorm_ac as maxnorm
 from bv_blend.verl.options import ESTIMATOR_NAME as BV_BLEND
 from bv_blend.verl.options import NTF_LOSS, config_get, section_options, selected_estimator, uses_ntf
 

@@ -20,7 +20,7 @@ PROBE_REGISTRY = (
     "import verl\n"
     "from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn\n"
     "from verl.utils.config import omega_conf_to_dataclass\n"
-    "from bv_blend.verl.losses import TARGET\n"
+    "from bv_blend.verl.glue.ntf import TARGET\n"
     "from bv_blend.verl.plugin import ESTIMATORS, POLICY_LOSSES\n"
     "found = {name: get_adv_estimator_fn(name) for name in ESTIMATORS}\n"
     "found.update({name: get_policy_loss_fn(name) for name in POLICY_LOSSES})\n"

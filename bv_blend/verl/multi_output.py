@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bv_blend.inputs import nonempty_rows
+from bv_blend.core.inputs import nonempty_rows
 from bv_blend.verl.context import current_batch
 
 

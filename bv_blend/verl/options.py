@@ -15,8 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from bv_blend.blend.config import BVBlendConfig
 from bv_blend.codebook import CLUSTER_KEY
-from bv_blend.config import BVBlendConfig
 
 ESTIMATOR_NAME = "bv_blend"
 # Every advantage estimator this package registers; the trainer hooks act only when one of them is selected.

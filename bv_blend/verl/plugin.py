@@ -32,11 +32,11 @@ ENTRY_MODULE = __name__
 
 # name -> "module:function", imported only when verl imports core_algos.
 ESTIMATORS = {
-    "bv_blend": "bv_blend.verl.advantage:compute_bv_blend_advantage",
-    "ha_dw": "bv_blend.verl.ha_dw:compute_ha_dw_advantage",
-    "maxnorm_ac": "bv_blend.verl.maxnorm:compute_maxnorm_ac_advantage",
+    "bv_blend": "bv_blend.verl.glue.bv_blend:compute_bv_blend_advantage",
+    "ha_dw": "bv_blend.verl.glue.ha_dw:compute_ha_dw_advantage",
+    "maxnorm_ac": "bv_blend.verl.glue.maxnorm_ac:compute_maxnorm_ac_advantage",
 }
-POLICY_LOSSES = {"ntf": "bv_blend.verl.losses:compute_policy_loss_ntf"}
+POLICY_LOSSES = {"ntf": "bv_blend.verl.glue.ntf:compute_policy_loss_ntf"}
 
 
 def _load(reference: str) -> Callable:

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from bv_blend.config import BVBlendConfig
-from bv_blend.estimator import BVBlendEstimator
+from bv_blend.blend.config import BVBlendConfig
+from bv_blend.blend.estimator import BVBlendEstimator
 from bv_blend.verl.context import forget_batch
 from bv_blend.verl.options import ANNOTATE_HINT, GlueOptions, read_options
 

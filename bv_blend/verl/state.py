@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from bv_blend.config import config_mismatch
-from bv_blend.verl import ha_dw, runtime
+from bv_blend.blend.config import config_mismatch
+from bv_blend.verl import runtime
+from bv_blend.verl.glue import ha_dw
 from bv_blend.verl.overrides import override_value
 from bv_blend.verl.versions import installed_version
 

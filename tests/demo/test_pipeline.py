@@ -7,9 +7,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
+from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
 from bv_blend.demo import reward
 from bv_blend.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
-from bv_blend.verl.cpu.launch import DEFAULT_CPU_CONFIG
 
 
 def _compose(overrides: list[str]):

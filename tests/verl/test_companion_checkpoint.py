@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from bv_blend.paper.configs import compose_paper_config
-from bv_blend.verl import ha_dw, runtime
+from bv_blend.verl import runtime
+from bv_blend.verl.glue import ha_dw
 from bv_blend.verl.state import STATEFUL
 from tests.verl._helpers import minimal_trainer, step_dataproto, step_rows
 

@@ -171,4 +171,4 @@ def test_main_ppo_names_a_misspelt_option(fresh):
 def test_plugin_alone_refuses_misspelt_options_in_a_fresh_process(fresh):
     assert fresh["ha_dw_misspelt"].startswith("ValueError: Unknown option(s) algorithm.ha_dw.{lamda_scale}")
     assert "unexpected keyword argument 'ntf_keep_ratoi'" in fresh["ntf_misspelt"]
-    assert "bv_blend.verl.plugin" in fresh["loaded"] and "bv_blend.verl.losses" in fresh["loaded"]
+    assert "bv_blend.verl.plugin" in fresh["loaded"] and "bv_blend.verl.glue.ntf" in fresh["loaded"]

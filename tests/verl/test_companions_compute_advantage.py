@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from bv_blend.verl import ha_dw, maxnorm, runtime
+from bv_blend.verl import runtime
+from bv_blend.verl.glue import ha_dw
+from bv_blend.verl.glue import maxnorm_ac as maxnorm
 from tests.verl._companion_helpers import algorithm, group_batch, run, sequence_advantages
 
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")

@@ -113,9 +113,10 @@ def test_each_comparison_is_one_name_and_changes_only_what_it_names(job_configs,
 @pytest.mark.slow
 def test_companion_configs_hold_their_papers_settings(job_configs):
     """configs/paper/{ha_dw,maxnorm_rloo,ntf_rfpp,bv_blend_ntf}.yaml as main_ppo composes them (docs/companions.md)."""
-    from bv_blend.estimators import HADWConfig, MaxNormConfig
-    from bv_blend.verl import ha_dw, maxnorm
-    from bv_blend.verl.losses import TARGET
+    from bv_blend.companions import HADWConfig, MaxNormConfig
+    from bv_blend.verl.glue import ha_dw
+    from bv_blend.verl.glue import maxnorm_ac as maxnorm
+    from bv_blend.verl.glue.ntf import TARGET
 
     hadw = job_configs["paper/ha_dw"]
     assert hadw.algorithm.adv_estimator == "ha_dw" and hadw.actor_rollout_ref.rollout.n == 8
@@ -138,7 +139,7 @@ def test_companion_configs_hold_their_papers_settings(job_configs):
 
 @pytest.mark.slow
 def test_the_cpu_config_extends_bv_blend_by_name(job_configs):
-    """What bv_blend.verl.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
+    """What bv_blend.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
     config = job_configs["cpu_tiny"]
     estimator, glue = read_options(config.algorithm)
     assert estimator == BVBlendConfig() and glue == GlueOptions()

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from bv_blend.paper.configs import compose_paper_config
-from bv_blend.verl.losses import NTFPolicyLossConfig
+from bv_blend.verl.glue.ntf import NTFPolicyLossConfig
 
 losses = pytest.importorskip("verl.workers.utils.losses")
 from verl.utils import tensordict_utils as tu  # noqa: E402

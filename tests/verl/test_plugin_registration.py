@@ -57,7 +57,7 @@ SCENARIOS = {
     "both_routes": {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": "bv_blend.verl.plugin"},
     "no_plugin_loaded": {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""},
 }
-EXPECTED = "bv_blend.verl.advantage.compute_bv_blend_advantage"
+EXPECTED = "bv_blend.verl.glue.bv_blend.compute_bv_blend_advantage"
 COMPANIONS = ["compute_ha_dw_advantage", "compute_maxnorm_ac_advantage", "compute_policy_loss_ntf"]
 
 

@@ -184,7 +184,7 @@ def test_v1_companion_estimators_write_their_advantages_and_metrics(transfer_que
     from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    from bv_blend.estimators import HADWEstimator, MaxNormAC
+    from bv_blend.companions import HADWEstimator, MaxNormAC
 
     rows = step_rows(3)
     partition = f"companion-{estimator}"
@@ -222,7 +222,7 @@ def test_v1_ha_dw_counts_each_multi_output_session_once(transfer_queue):
 
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    from bv_blend.estimators import HADWEstimator
+    from bv_blend.companions import HADWEstimator
 
     finals = step_rows(8)
     rows = list(finals)

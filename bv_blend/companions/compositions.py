@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bv_blend.estimators._rows import group_max
+from bv_blend.core.rows import group_max
 
 BV_BLEND, HA_DW, MAXNORM_AC = "bv_blend", "ha_dw", "maxnorm_ac"
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import wrapt
 
-from bv_blend.verl.cpu.checks import warn_changed
+from bv_blend.cpu.checks import warn_changed
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Negative token filtering (arXiv 2606.17250; companions spec section 1) keeps, of
 likely tokens (by ``old_log_prob``) in the loss. The loss is verl's own ``vanilla`` with the keep mask folded into
 ``rollout_is_weights``: verl multiplies the per-token losses by those weights *before* ``agg_loss``, which still uses
 the original mask, so a filtered token adds 0 and keeps its place in every denominator, under every
-``loss_agg_mode``. The mask math is :mod:`bv_blend.estimators.ntf`.
+``loss_agg_mode``. The mask math is :mod:`bv_blend.companions.ntf`.
 
 The keep ratio reaches the actor workers through verl's own config instantiation: ``policy_loss._target_`` names
 :class:`NTFPolicyLossConfig`, a ``PolicyLossConfig`` with one more field. Hydra builds it in the driver's config
@@ -21,7 +21,7 @@ from typing import Any, Optional
 import torch
 from verl.workers.config import PolicyLossConfig
 
-from bv_blend.estimators import NTFConfig, keep_mask, keep_weights, ntf_metrics
+from bv_blend.companions import NTFConfig, keep_mask, keep_weights, ntf_metrics
 
 LOSS_NAME = "ntf"
 KEEP_RATIO_KEY = "ntf_keep_ratio"
@@ -34,7 +34,7 @@ DEFAULT_KEEP_RATIO = NTFConfig().keep_ratio
 class NTFPolicyLossConfig(PolicyLossConfig):
     """verl's ``PolicyLossConfig`` plus the NTF keep ratio.
 
-    Select it with ``actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.losses.NTFPolicyLossConfig``.
+    Select it with ``actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.glue.ntf.NTFPolicyLossConfig``.
 
     Args:
         ntf_keep_ratio: rho, the share of each negative row's valid tokens that stays in the loss (its least likely

@@ -1,7 +1,7 @@
 """The function verl calls for ``algorithm.adv_estimator=ha_dw``, its options and its checkpointed state.
 
 HA-DW (arXiv 2601.08521; companions spec section 2) is verl's ``grpo`` arithmetic times a difficulty weight
-against a history-aware anchor. The math is :class:`bv_blend.estimators.HADWEstimator`; this module reads its
+against a history-aware anchor. The math is :class:`bv_blend.companions.HADWEstimator`; this module reads its
 options from ``algorithm.ha_dw`` and verl's ``algorithm.norm_adv_by_std_in_grpo`` (false: Dr.GRPO mode), holds the
 process's estimator, and gives the checkpoint hooks its state (``global_step_N/ha_dw_state.pt``, see ``state.py``).
 """
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.estimators import HADWConfig, HADWEstimator
+from bv_blend.companions import HADWConfig, HADWEstimator
 from bv_blend.verl import runtime
 from bv_blend.verl.multi_output import outcome_advantages
 from bv_blend.verl.options import config_get, section_options

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bv_blend.estimators._options import (
+from bv_blend.core.grouping import GroupIds
+from bv_blend.core.options import (
     OptionsMixin,
     check_bool,
     check_choice,
@@ -27,8 +28,7 @@ from bv_blend.estimators._options import (
     require,
     reward_range,
 )
-from bv_blend.estimators._rows import Rows, group_max, grpo_advantages, read_rows, to_tensor, token_rows
-from bv_blend.grouping import GroupIds
+from bv_blend.core.rows import Rows, group_max, grpo_advantages, read_rows, to_tensor, token_rows
 
 NUMERATORS = ("rloo", "centered")
 SECTION = "algorithm.maxnorm"

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-from bv_blend.estimators import HADWConfig, HADWEstimator
-from tests.estimators._helpers import groups, sequence, token_level, with_padding
+from bv_blend.companions import HADWConfig, HADWEstimator
+from tests.companions._helpers import groups, sequence, token_level, with_padding
 
 WORKED = [[1, 0, 0, 0], [1, 1, 1, 0]]
 

@@ -28,13 +28,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from bv_blend.call_sums import DEGENERATE, CallSums
-from bv_blend.config import AUTO, BVBlendConfig, config_mismatch, options_as_saved
-from bv_blend.estimators.compositions import bounded_blend_scale
-from bv_blend.grouping import GroupIds
-from bv_blend.host import all_true
-from bv_blend.inputs import TOO_LARGE, Batch, check_inputs, check_token_level
-from bv_blend.moments import ClusterMoments, cluster_statistics, should_sync
+from bv_blend.blend.config import AUTO, BVBlendConfig, config_mismatch, options_as_saved
+from bv_blend.blend.moments import ClusterMoments, cluster_statistics, should_sync
+from bv_blend.blend.sums import DEGENERATE, CallSums
+from bv_blend.companions.compositions import bounded_blend_scale
+from bv_blend.core.grouping import GroupIds
+from bv_blend.core.host import all_true
+from bv_blend.core.inputs import TOO_LARGE, Batch, check_inputs, check_token_level
 
 # 2: the config holds variance_floor. A format-1 state was computed without a variance floor.
 STATE_FORMAT_VERSION = 2

@@ -1,6 +1,6 @@
 """The patches of verl itself that its stock trainer needs on CPU (docs/cpu.md, table of adaptations).
 
-Each is applied by :func:`bv_blend.verl.cpu.activate`, only when ``VERL_PLATFORM=cpu``, and checks first that the
+Each is applied by :func:`bv_blend.cpu.activate`, only when ``VERL_PLATFORM=cpu``, and checks first that the
 verl code it works around still has the shape it was written for; if not, a ``CpuAdaptationWarning`` says so.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.distributed
 
-from bv_blend.verl.cpu import checks
-from bv_blend.verl.cpu.checks import warn_changed
+from bv_blend.cpu import checks
+from bv_blend.cpu.checks import warn_changed
 
 
 def dedupe_backend(backend: str) -> str:

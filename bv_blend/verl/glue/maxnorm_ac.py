@@ -2,7 +2,7 @@
 
 MaxNorm-AC with the Reward-Resolution Protocol (arXiv 2609.19164; companions spec section 3): group-relative
 numerators of binned rewards divided by their largest magnitude, floored at tau, so |A| <= 1. The math is
-:class:`bv_blend.estimators.MaxNormAC`; this module reads its options from ``algorithm.maxnorm`` and holds the
+:class:`bv_blend.companions.MaxNormAC`; this module reads its options from ``algorithm.maxnorm`` and holds the
 process's estimator. It has no state, so no checkpoint file.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.estimators import MaxNormAC, MaxNormConfig
+from bv_blend.companions import MaxNormAC, MaxNormConfig
 from bv_blend.verl import runtime
 from bv_blend.verl.multi_output import outcome_advantages
 from bv_blend.verl.options import section_options

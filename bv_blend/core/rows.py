@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from bv_blend.grouping import GroupIds, factorize_groups
-from bv_blend.inputs import nonempty_rows
+from bv_blend.core.grouping import GroupIds, factorize_groups
+from bv_blend.core.inputs import nonempty_rows
 
 # Rewards this far outside the declared range (relative to its width) are float noise, not a wrong range:
 # a float32 reward of 1 summed over token rewards can land a few ulps above 1.

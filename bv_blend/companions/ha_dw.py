@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.estimators._options import (
+from bv_blend.core.grouping import GroupIds
+from bv_blend.core.options import (
     OptionsMixin,
     check_bool,
     check_choice,
@@ -33,8 +34,7 @@ from bv_blend.estimators._options import (
     require,
     reward_range,
 )
-from bv_blend.estimators._rows import RANGE_TOLERANCE, Rows, grpo_advantages, read_rows, to_tensor, token_rows
-from bv_blend.grouping import GroupIds
+from bv_blend.core.rows import RANGE_TOLERANCE, Rows, grpo_advantages, read_rows, to_tensor, token_rows
 
 MODES = ("window", "kalman")
 ANCHORS = ("prior", "with_current")

@@ -12,8 +12,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from bv_blend.grouping import GroupIds, factorize_groups
-from bv_blend.host import all_true, any_true, host_array
+from bv_blend.core.grouping import GroupIds, factorize_groups
+from bv_blend.core.host import all_true, any_true, host_array
 
 NO_CLUSTER = -1
 TOO_LARGE = "Rewards are too large: their squares or the advantages overflow. Rescale the reward."

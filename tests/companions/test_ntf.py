@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss_vanilla
 from verl.workers.config import FSDPActorConfig
 
-from bv_blend.estimators import NTFConfig, keep_counts, keep_mask, keep_weights, ntf_metrics
+from bv_blend.companions import NTFConfig, keep_counts, keep_mask, keep_weights, ntf_metrics
 
 ROW1_LOGPROBS = [-0.1, -2.3, -0.05, -4.0, -0.2, -0.3, -1.0, -0.01, -0.5, -0.7]
 LOSS_AGG_MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]

@@ -8,16 +8,16 @@ Off unless asked. Importing it only registers a ``cpu`` platform class with verl
 never claims auto-detection, so verl keeps its own choice. The adaptations are applied only when the environment
 opts in with both variables:
 
-    VERL_USE_EXTERNAL_MODULES=bv_blend.verl.cpu   # verl imports this package on `import verl`, in every process
+    VERL_USE_EXTERNAL_MODULES=bv_blend.cpu   # verl imports this package on `import verl`, in every process
     VERL_PLATFORM=cpu                             # verl's own platform override selects the class below
 
 A local ``ray.init`` (what main_ppo does) starts Ray from the driver, so every Ray worker, and every vLLM process they
 start, inherits these variables and activates the same adaptations. :func:`cpu_env` returns the full set of variables
-a launcher should set; :mod:`bv_blend.verl.cpu.launch` is that launcher.
+a launcher should set; :mod:`bv_blend.cpu.launch` is that launcher.
 
-- :mod:`~bv_blend.verl.cpu.platform`: the ``cpu`` platform and its torch.cuda-shaped device module;
-- :mod:`~bv_blend.verl.cpu.verl_patches`: three small patches of verl (backend string, vLLM's name, engine lookup);
-- :mod:`~bv_blend.verl.cpu.rollout_patches`: vLLM computes with the live weights verl syncs, and a failed weight
+- :mod:`~bv_blend.cpu.platform`: the ``cpu`` platform and its torch.cuda-shaped device module;
+- :mod:`~bv_blend.cpu.verl_patches`: three small patches of verl (backend string, vLLM's name, engine lookup);
+- :mod:`~bv_blend.cpu.rollout_patches`: vLLM computes with the live weights verl syncs, and a failed weight
   sync ends the run instead of hanging it;
 
 Each adaptation checks, when activated, that the code it works around still has the shape it was written for, and
@@ -31,10 +31,10 @@ from __future__ import annotations
 import logging
 import os
 
+from bv_blend.cpu import rollout_patches, verl_patches
+from bv_blend.cpu.checks import CpuAdaptationWarning, installed
+from bv_blend.cpu.platform import PLATFORM_NAME, PlatformCPU
 from bv_blend.machine import describe_cpu
-from bv_blend.verl.cpu import rollout_patches, verl_patches
-from bv_blend.verl.cpu.checks import CpuAdaptationWarning, installed
-from bv_blend.verl.cpu.platform import PLATFORM_NAME, PlatformCPU
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bv_blend.host import any_true
+from bv_blend.core.host import any_true
 
 # verl's V1 trainer names the uid of each synthetic padding row f"pad{uuid4().hex}"
 # (verl/trainer/ppo/padding_utils.py, upsample_batch_to_divisible_size).

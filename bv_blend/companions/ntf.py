@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bv_blend.estimators._options import OptionsMixin, check_number, require
+from bv_blend.core.options import OptionsMixin, check_number, require
 
 SECTION = "actor_rollout_ref.actor.policy_loss"
 

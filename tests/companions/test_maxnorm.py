@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-from bv_blend.estimators import MaxNormAC, MaxNormConfig, bin_rewards
-from tests.estimators._helpers import groups, sequence, token_level, with_padding
+from bv_blend.companions import MaxNormAC, MaxNormConfig, bin_rewards
+from tests.companions._helpers import groups, sequence, token_level, with_padding
 
 THIRD = 1 / 3
 

@@ -1,7 +1,7 @@
-"""Launch verl's stock trainer on CPU: ``python -m bv_blend.verl.cpu.launch [hydra overrides...]``.
+"""Launch verl's stock trainer on CPU: ``python -m bv_blend.cpu.launch [hydra overrides...]``.
 
 Runs ``python -m verl.trainer.main_ppo --config-name cpu_tiny`` (``configs/cpu_tiny.yaml``: bv_blend's config plus
-what CPU needs) with the caller's overrides and the environment of :func:`bv_blend.verl.cpu.cpu_env`. The trainer
+what CPU needs) with the caller's overrides and the environment of :func:`bv_blend.cpu.cpu_env`. The trainer
 runs in its own session, and every process it starts carries a marker variable; whatever it leaves behind (Ray's
 raylet, GCS, workers, vLLM engine cores and workers) is stopped on exit, so a crashed or interrupted run never
 leaves Ray or vLLM running.
@@ -19,8 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bv_blend.cpu import cpu_env
 from bv_blend.machine import describe_cpu
-from bv_blend.verl.cpu import cpu_env
 
 DEFAULT_CPU_CONFIG = "cpu_tiny"
 RUN_ID_ENV = "BV_BLEND_CPU_RUN_ID"
@@ -88,7 +88,7 @@ def run_trainer(
     command = trainer_command(overrides, cpu_config)
     out = open(log_path, "w") if log_path is not None else None  # noqa: SIM115 - closed in finally
     # First line of every CPU run's log: a failure report then says which kind of CPU it came from.
-    header = f"[bv_blend.verl.cpu] {describe_cpu()}\n"
+    header = f"[bv_blend.cpu] {describe_cpu()}\n"
     if out is not None:
         out.write(header)
         out.flush()

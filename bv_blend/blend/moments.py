@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bv_blend.host import any_true
+from bv_blend.core.host import any_true
 
 STATE_DTYPE = torch.float64
 # Rows of the (3, K) sufficient-statistics array.

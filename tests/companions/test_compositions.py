@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bv_blend.estimators import Composition, bounded_blend_scale, check_composition
+from bv_blend.companions import Composition, bounded_blend_scale, check_composition
 
 EPS = 1e-6
 

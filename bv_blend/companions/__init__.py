@@ -12,10 +12,10 @@ Like BV-Blend's core, everything here takes and returns tensors (numpy on the ho
 the glue in ``bv_blend/verl/`` registers them. docs/companions.md documents every choice.
 """
 
-from bv_blend.estimators.compositions import Composition, bounded_blend_scale, check_composition
-from bv_blend.estimators.ha_dw import HADWConfig, HADWEstimator
-from bv_blend.estimators.maxnorm import MaxNormAC, MaxNormConfig, bin_rewards
-from bv_blend.estimators.ntf import NTFConfig, keep_counts, keep_mask, keep_weights, ntf_metrics
+from bv_blend.companions.compositions import Composition, bounded_blend_scale, check_composition
+from bv_blend.companions.ha_dw import HADWConfig, HADWEstimator
+from bv_blend.companions.maxnorm import MaxNormAC, MaxNormConfig, bin_rewards
+from bv_blend.companions.ntf import NTFConfig, keep_counts, keep_mask, keep_weights, ntf_metrics
 
 __all__ = [
     "Composition",
