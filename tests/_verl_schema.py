@@ -228,15 +228,9 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> list[str]:
 @cache
 def our_sections() -> dict[tuple[str, ...], frozenset[str]]:
     """Our option sections in verl's config, each with the keys bv_blend reads there."""
-    from bv_blend.verl.glue import ha_dw
-    from bv_blend.verl.glue import maxnorm_ac as maxnorm
-    from bv_blend.verl.options import ESTIMATOR_KEYS, GLUE_KEYS
+    from bv_blend.verl.records import RECORDS
 
-    return {
-        ("algorithm", "bv_blend"): ESTIMATOR_KEYS | GLUE_KEYS,
-        ("algorithm", "ha_dw"): frozenset(ha_dw.defaults()),
-        ("algorithm", "maxnorm"): frozenset(maxnorm.defaults()),
-    }
+    return {("algorithm", record.section): frozenset(record.options_class().defaults()) for record in RECORDS}
 
 
 @cache

@@ -15,8 +15,9 @@ One call, for rows i in groups g of clusters k (section numbers are the spec's):
 
 The advantages use the history of earlier calls only; the call's rewards are folded in afterwards.
 No Python loop runs over rows, groups or clusters. Tensors come in and go out, and the state is saved and synced
-as tensors; the arithmetic in between is float64 numpy on the host (docs/estimator.md, "Speed"). The inputs are
-checked in bv_blend/inputs.py, and the call's sums and metrics are bv_blend/call_sums.py's.
+as tensors; the arithmetic in between is float64 numpy on the host (docs/estimator.md, "Speed"). The rows are
+checked by ``bv_blend.core.rows``, the group statistics are ``bv_blend.core.groups``', and the call's sums and
+metrics are ``bv_blend.blend.sums``'.
 """
 
 from __future__ import annotations
@@ -28,39 +29,65 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from bv_blend.blend.config import AUTO, BVBlendConfig, config_mismatch, options_as_saved
-from bv_blend.blend.moments import ClusterMoments, cluster_statistics, should_sync
+from bv_blend.blend.config import AUTO, BVBlendConfig
+from bv_blend.blend.moments import NO_CLUSTER, ClusterMoments, cluster_statistics
 from bv_blend.blend.sums import DEGENERATE, CallSums
-from bv_blend.companions.compositions import bounded_blend_scale
-from bv_blend.core.grouping import GroupIds
-from bv_blend.core.host import all_true
-from bv_blend.core.inputs import TOO_LARGE, Batch, check_inputs, check_token_level
+from bv_blend.core.groups import GroupStats, group_max, group_stats
+from bv_blend.core.options import config_mismatch
+from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, read_token_rows, to_tensor
+from bv_blend.core.sync import should_sync
 
-# 2: the config holds variance_floor. A format-1 state was computed without a variance floor.
 STATE_FORMAT_VERSION = 2
-READABLE_STATE_FORMATS = (1, 2)
 # max_abs_advantage="auto" clips a group of n rows at max(AUTO_CLIP_MIN, (n - 1) / sqrt(n)) (spec 5 step 8).
 AUTO_CLIP_MIN = 5.0
 
 
-class GroupStatistics(NamedTuple):
-    """Spec section 3: each group's statistics over its valid rows."""
+def group_clusters(rows: Rows, cluster_ids: torch.Tensor | np.ndarray, num_clusters: int) -> np.ndarray:
+    """(G,) each group's cluster: the one its valid rows carry, -1 for none (or no valid row); they must agree."""
+    clusters = host_array(cluster_ids)
+    out_of_range = rows.valid & ((clusters < NO_CLUSTER) | (clusters >= num_clusters))
+    if out_of_range.any():
+        row = int(np.flatnonzero(out_of_range)[0])
+        raise ValueError(
+            f"Cluster id {int(clusters[row])} (row {row}) is outside -1..{num_clusters - 1}: the data "
+            f"was annotated with another codebook than this estimator's K={num_clusters}. Re-annotate it "
+            "with scripts/build_codebook.py, or set num_clusters to the codebook's K."
+        )
+    return per_group(rows, clusters.astype(np.int64, copy=False), NO_CLUSTER, "clusters")
 
-    sum: np.ndarray  # (G,) S1_g
-    sum_sq: np.ndarray  # (G,) S2_g
-    rows: np.ndarray  # (G,) n_g
-    mean: np.ndarray  # (G,) mean_g
-    var: np.ndarray  # (G,) std_g^2, unbiased (n_g - 1), 0 for a single row
 
+def bounded_blend_scale(
+    rewards: np.ndarray,
+    codes: np.ndarray,
+    baseline: np.ndarray,
+    scale: np.ndarray,
+    tau: float,
+    valid: np.ndarray | None = None,
+) -> np.ndarray:
+    """Bounded BV-Blend's scale per group (companions spec 4): s_g = max(s_BV_g, max_{i in g} |R_i - b_g|, tau).
 
-def group_statistics(batch: Batch) -> GroupStatistics:
-    codes, num_groups = batch.codes, batch.num_groups
-    rows = np.bincount(codes, weights=batch.valid, minlength=num_groups)
-    total = np.bincount(codes, weights=batch.reward, minlength=num_groups)  # invalid rows hold reward 0
-    total_sq = np.bincount(codes, weights=batch.reward * batch.reward, minlength=num_groups)
-    mean = total / np.maximum(rows, 1.0)
-    var = np.maximum((total_sq - total * mean) / np.maximum(rows - 1.0, 1.0), 0.0)
-    return GroupStatistics(total, total_sq, rows, mean, var)
+    Dividing R_i - b_g by it (plus BV-Blend's eps) gives |A| <= 1, with the ratios within a group kept.
+
+    Args:
+        rewards: (B,) rewards R_i (float64).
+        codes: (B,) int group code of each row, 0..G-1.
+        baseline: (G,) BV-Blend's blended baseline b_g.
+        scale: (G,) BV-Blend's blended scale s_g = sqrt(w v_k + (1 - w) std_g^2).
+        tau: the floor, >= 0 (MaxNorm's resolution floor; 0 for none).
+        valid: optional (B,) bool; invalid rows (padding) do not count towards the maximum.
+
+    Returns:
+        (G,) float64 bounded scales.
+    """
+    if not (np.isfinite(tau) and tau >= 0):
+        raise ValueError(f"tau={tau!r} is invalid: the scale's floor must be a finite number >= 0.")
+    baseline, scale = np.asarray(baseline, dtype=np.float64), np.asarray(scale, dtype=np.float64)
+    if baseline.shape != scale.shape or baseline.ndim != 1:
+        raise ValueError(f"baseline {baseline.shape} and scale {scale.shape} must both be (G,), one per group.")
+    deviation = np.abs(np.asarray(rewards, dtype=np.float64) - baseline[codes])
+    if valid is not None:
+        deviation = np.where(valid, deviation, 0.0)
+    return np.maximum(np.maximum(scale, group_max(deviation, codes, scale.shape[0])), tau)
 
 
 class Blend(NamedTuple):
@@ -119,29 +146,29 @@ class BVBlendEstimator:
             ValueError: NaN or infinite rewards, cluster ids outside -1..K-1, a group mixing clusters, or
                 inputs of different lengths. The state is left exactly as it was.
         """
-        # Advantages go back to a device only if the rewards came from one.
-        out_device = rewards.device if isinstance(rewards, torch.Tensor) and not rewards.is_cpu else None
         sync = should_sync(self.config.sync_across_ranks)
         try:
-            batch = check_inputs(rewards, group_ids, cluster_ids, valid, self.num_clusters)
+            clusters = host_array(cluster_ids)
+            if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
+                raise ValueError(
+                    f"cluster_ids must be a 1-D integer tensor or array, got "
+                    f"{getattr(cluster_ids, 'dtype', clusters.dtype)} {clusters.shape}."
+                )
+            rows = read_rows(rewards, group_ids, valid, cluster_ids=clusters)
+            group_cluster = group_clusters(rows, clusters, self.num_clusters)
         except (ValueError, TypeError):
             self._reject_together()
             raise
-        # float16 and bfloat16 rewards get float32 advantages, so that a large advantage cannot overflow.
-        out_dtype = torch.float64 if rewards.dtype == torch.float64 else torch.float32
-        if batch.codes.size == 0 and not sync:
+        if rows.codes.size == 0 and not sync:
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
             self.metrics = CallSums.zeros(self.num_clusters).metrics(np.count_nonzero(self.moments.seen))
-            return torch.zeros(0, dtype=out_dtype, device=out_device)
+            return to_tensor(np.zeros(0), rewards)
 
-        groups = group_statistics(batch)
-        blend = self._blend(batch, groups)
-        sums = self._sums(batch, groups, blend)
+        groups = group_stats(rows)
+        blend = self._blend(rows, groups, group_cluster)
+        sums = self._sums(groups, group_cluster, blend)
         self._commit(sums.all_reduce() if sync else sums)
-
-        advantage = blend.advantage
-        advantage = torch.from_numpy(advantage.astype(np.float32) if out_dtype == torch.float32 else advantage)
-        return advantage if out_device is None else advantage.to(out_device)
+        return to_tensor(blend.advantage, rewards)
 
     def compute_token_level(
         self,
@@ -163,24 +190,24 @@ class BVBlendEstimator:
                 only each session's final output counts).
         """
         try:
-            counted = check_token_level(token_level_rewards, response_mask, valid, source_rows)
+            sequence_rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
         except (ValueError, TypeError):
             self._reject_together()
             raise
-        sequence = self.compute(token_level_rewards.sum(dim=-1), group_ids, cluster_ids, valid=counted)
+        sequence = self.compute(sequence_rewards, group_ids, cluster_ids, valid=counted)
         if source_rows is not None:
             sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
         advantages = sequence.unsqueeze(-1) * response_mask
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _blend(self, batch: Batch, groups: GroupStatistics) -> Blend:
+    def _blend(self, rows: Rows, groups: GroupStats, group_cluster: np.ndarray) -> Blend:
         cfg, moments = self.config, self.moments
 
         # (5.1) The confidence weight of each group's cluster, from the history before this call.
         cluster_variance, floor_raised = self._history_variance()
-        cluster = np.maximum(batch.group_cluster, 0)
-        has_history = (batch.group_cluster >= 0) & moments.seen[cluster]
+        cluster = np.maximum(group_cluster, 0)
+        has_history = (group_cluster >= 0) & moments.seen[cluster]
         weight = self._cluster_weights(cluster_variance)[cluster] * has_history  # w = 0 without history
         hist_mean, hist_var = moments.mean[cluster], cluster_variance[cluster]
 
@@ -190,15 +217,14 @@ class BVBlendEstimator:
         scale = np.sqrt(weight * hist_var + local_weight * groups.var)
         divisor = scale
         if cfg.bounded_scale_tau is not None:  # (companions spec 4) bounded BV-Blend: |A| <= 1
-            tau = cfg.bounded_scale_tau
-            divisor = bounded_blend_scale(batch.reward, batch.codes, baseline, scale, tau, batch.valid)
-        advantage = (batch.reward - baseline[batch.codes]) / (divisor[batch.codes] + cfg.epsilon)
+            divisor = bounded_blend_scale(rows.reward, rows.codes, baseline, scale, cfg.bounded_scale_tau, rows.valid)
+        advantage = (rows.reward - baseline[rows.codes]) / (divisor[rows.codes] + cfg.epsilon)
 
         # (5.3, 5.8) Guard against extreme advantages (not in the paper).
-        bound = self._advantage_bound(batch, groups)
+        bound = self._advantage_bound(rows, groups)
         if bound is not None:
             advantage = np.clip(advantage, -bound, bound)
-        advantage = np.where(batch.valid, advantage, 0.0)
+        advantage = np.where(rows.valid, advantage, 0.0)
         return Blend(weight, has_history, hist_var, floor_raised[cluster] & has_history, scale, advantage)
 
     def _history_variance(self) -> tuple[np.ndarray, np.ndarray]:
@@ -214,14 +240,14 @@ class BVBlendEstimator:
         floor = cfg.v_prior / np.maximum(moments.count, cfg.delta_n)
         return np.maximum(variance, floor), variance < floor
 
-    def _advantage_bound(self, batch: Batch, groups: GroupStatistics) -> np.ndarray | float | None:
+    def _advantage_bound(self, rows: Rows, groups: GroupStats) -> np.ndarray | float | None:
         """(5.8) The largest |A| allowed, per row for ``"auto"``: max(5, (n_g - 1) / sqrt(n_g)), the largest |A|
         that GRPO's standardisation can give a group of n_g rows, so a group without history is never clipped."""
         limit = self.config.max_abs_advantage
         if limit != AUTO:
             return limit
-        rows = groups.rows
-        return np.maximum(AUTO_CLIP_MIN, (rows - 1.0) / np.sqrt(np.maximum(rows, 1.0)))[batch.codes]
+        count = groups.count
+        return np.maximum(AUTO_CLIP_MIN, (count - 1.0) / np.sqrt(np.maximum(count, 1.0)))[rows.codes]
 
     def _cluster_weights(self, cluster_variance: np.ndarray) -> np.ndarray:
         """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
@@ -236,20 +262,20 @@ class BVBlendEstimator:
         return np.full_like(count, cfg.fixed_weight)
 
     # ----------------------------------------------------------------------------------- sums and commit
-    def _sums(self, batch: Batch, groups: GroupStatistics, blend: Blend) -> CallSums:
+    def _sums(self, groups: GroupStats, group_cluster: np.ndarray, blend: Blend) -> CallSums:
         """(5.5) The call's per-cluster statistics, and the counts behind its metrics (spec 7)."""
         abs_advantage = np.abs(blend.advantage)
-        group_sums = (groups.sum, groups.sum_sq, groups.rows)
+        group_sums = (groups.total, groups.total_sq, groups.count)
         return CallSums(
-            cluster_stats=cluster_statistics(batch.group_cluster, group_sums, self.num_clusters),
-            groups=np.count_nonzero(groups.rows),
+            cluster_stats=cluster_statistics(group_cluster, group_sums, self.num_clusters),
+            groups=np.count_nonzero(groups.count),
             effective_groups=np.count_nonzero(blend.scale > DEGENERATE),
             grpo_signal_groups=np.count_nonzero(groups.var > DEGENERATE**2),
             history_groups=np.count_nonzero(blend.has_history),
             floor_active_groups=np.count_nonzero(blend.floor_raised),
             weight_sum=blend.weight.sum(),
             hist_var_sum=(blend.hist_var * blend.has_history).sum(),
-            rows=groups.rows.sum(),
+            rows=groups.count.sum(),
             nonzero_rows=np.count_nonzero(abs_advantage > DEGENERATE),
             abs_advantage_max=abs_advantage.max() if abs_advantage.size else 0.0,
         )
@@ -261,7 +287,7 @@ class BVBlendEstimator:
                 "Another rank's input for this call was rejected (its own error says why); no rank changed "
                 "its BV-Blend state. Fix that input and call again on every rank."
             )
-        if not all_true(np.isfinite(sums.cluster_stats)) or not math.isfinite(sums.abs_advantage_max):
+        if not np.isfinite(sums.cluster_stats).all() or not math.isfinite(sums.abs_advantage_max):
             # Finite rewards so large that the sums or the advantages overflow: refuse before the history is poisoned.
             raise ValueError(TOO_LARGE)
         # Every call with a valid row ages every cluster; an empty call, or one of only padding rows, is a no-op.
@@ -296,18 +322,15 @@ class BVBlendEstimator:
     ) -> None:
         """Restore a state from :meth:`state_dict`; all checks run before anything changes.
 
-        A state saved before the stability options existed (format 1) was computed without a variance floor;
-        under the current defaults it is refused with a message that names the options to continue it exactly.
-
         Args:
             allow_config_change: keep this estimator's config even if the state was saved under another one (the
                 history carries over; only the formulas applied to it change).
             allow_num_clusters_change: adopt the state's K (this estimator is resized to it).
         """
-        if state.get("format_version") not in READABLE_STATE_FORMATS:
+        if state.get("format_version") != STATE_FORMAT_VERSION:
             raise ValueError(
-                f"Unsupported BV-Blend state format {state.get('format_version')!r}; "
-                f"this version reads formats {READABLE_STATE_FORMATS}."
+                f"Unsupported BV-Blend state format {state.get('format_version')!r}; this version reads format "
+                f"{STATE_FORMAT_VERSION} only."
             )
         saved_k = state.get("num_clusters")
         if saved_k != self.num_clusters and not allow_num_clusters_change:
@@ -316,7 +339,7 @@ class BVBlendEstimator:
                 "it was made with another codebook. Use the run's original codebook, or pass "
                 "allow_num_clusters_change=True to adopt the saved K."
             )
-        BVBlendConfig.from_mapping(options_as_saved(state.get("config")))  # a valid config, or a clear error
+        BVBlendConfig.from_mapping(state.get("config"))  # a valid config, or a clear error
         mismatch = config_mismatch(state.get("config"), self.config.to_dict(), lambda name, value: f"{name}={value!r}")
         if mismatch and not allow_config_change:
             raise ValueError(
@@ -333,4 +356,4 @@ class BVBlendEstimator:
         self.moments, self.num_updates = target, num_updates
 
 
-__all__ = ["BVBlendEstimator", "STATE_FORMAT_VERSION"]
+__all__ = ["STATE_FORMAT_VERSION", "BVBlendEstimator", "bounded_blend_scale", "group_clusters"]

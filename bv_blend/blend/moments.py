@@ -20,10 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from bv_blend.core.host import any_true
-
+NO_CLUSTER = -1
 STATE_DTYPE = torch.float64
 # Rows of the (3, K) sufficient-statistics array.
 SUM, SUM_SQ, COUNT = 0, 1, 2
@@ -43,22 +41,6 @@ def cluster_statistics(
     for row, sums in enumerate(group_sums):  # S1, S2, n: three statistics, not a loop over data
         stats[row] = np.bincount(slots, weights=sums, minlength=num_clusters + 1)[1:]
     return stats
-
-
-def should_sync(enabled: bool) -> bool:
-    """True when torch.distributed runs with more than one rank and syncing is on."""
-    return enabled and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def all_reduce(tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
-    """All-reduce a CPU tensor in place, through the device that the process group's backend needs."""
-    if dist.get_backend() == "nccl":
-        on_device = tensor.to(torch.device("cuda", torch.cuda.current_device()))
-        dist.all_reduce(on_device, op=op)
-        tensor.copy_(on_device.cpu())
-    else:
-        dist.all_reduce(tensor, op=op)
-    return tensor
 
 
 class ClusterMoments:
@@ -99,7 +81,7 @@ class ClusterMoments:
         # worth n0 samples, so that one lucky batch cannot make it look certain.
         count, mean, second_moment = self.count, self.mean, self.second_moment
         first_sighting = ~self.seen & (batch_count > 0)
-        if any_true(first_sighting):  # rare once every cluster has been seen
+        if first_sighting.any():  # rare once every cluster has been seen
             first_mean = batch_sum / np.maximum(batch_count, 1.0)
             count = np.where(first_sighting, self.n0, count)
             mean = np.where(first_sighting, first_mean, mean)

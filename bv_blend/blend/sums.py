@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bv_blend.blend.moments import all_reduce
+from bv_blend.core.sync import all_reduce
 
 # A group's scale, or a row's |A|, at or below this is "degenerate" in the metrics of spec section 7.
 DEGENERATE = 1e-6

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.core.grouping import GroupIds
+from bv_blend.core.groups import GroupStats, group_stats, grpo_advantages
 from bv_blend.core.options import (
     OptionsMixin,
     check_bool,
@@ -34,7 +34,7 @@ from bv_blend.core.options import (
     require,
     reward_range,
 )
-from bv_blend.core.rows import RANGE_TOLERANCE, Rows, grpo_advantages, read_rows, to_tensor, token_rows
+from bv_blend.core.rows import RANGE_TOLERANCE, GroupIds, Rows, read_rows, read_token_rows, to_tensor
 
 MODES = ("window", "kalman")
 ANCHORS = ("prior", "with_current")
@@ -137,7 +137,7 @@ class HADWEstimator:
                 The anchor state and the metrics are left exactly as they were.
         """
         rows = read_rows(rewards, group_ids, valid, self.config.reward_range, SECTION)
-        advantage = self._weight_and_update(rows)
+        advantage = self._weight_and_update(rows, group_stats(rows))
         return to_tensor(advantage, rewards)
 
     def compute_token_level(
@@ -152,23 +152,23 @@ class HADWEstimator:
         The sequence reward is the sum of token rewards and the advantage is broadcast over the response tokens,
         as in verl's GRPO; rows with an all-zero mask are padding.
         """
-        rewards, nonempty = token_rows(token_level_rewards, response_mask, valid)
+        rewards, nonempty = read_token_rows(token_level_rewards, response_mask, valid)
         advantages = self.compute(rewards, group_ids, nonempty).unsqueeze(-1) * response_mask
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _weight_and_update(self, rows: Rows) -> np.ndarray:
+    def _weight_and_update(self, rows: Rows, groups: GroupStats) -> np.ndarray:
         cfg = self.config
-        num_valid = float(rows.count.sum())
+        num_valid = float(groups.count.sum())
         if num_valid == 0:  # nothing to learn from and nothing to fold: the state does not move
             self.metrics = self._idle_metrics()
             return np.zeros(rows.reward.shape[0])
 
         # (1) The algorithm's own advantage: verl's grpo / Dr.GRPO arithmetic.
-        base, _ = grpo_advantages(rows, cfg.norm_adv_by_std, cfg.epsilon)
+        base = grpo_advantages(rows, groups, cfg.norm_adv_by_std, cfg.epsilon)
 
         # (7) The call's batch accuracy and the history it leads to (committed only at the end).
-        batch_accuracy = float(rows.total.sum()) / num_valid
+        batch_accuracy = float(groups.total.sum()) / num_valid
         new_history, gain = self._updated_history(batch_accuracy)
 
         # (2) Anchor: from earlier calls only (prior), or after this call's update (with_current).
@@ -179,18 +179,17 @@ class HADWEstimator:
 
         # (3, 4) Difficulty of each group against the anchor, and the weight Phi of each row.
         lo, hi = cfg.reward_range
-        group_mean = rows.total / np.maximum(rows.count, 1.0)
-        difficulty = (group_mean - anchor) / (hi - lo)
+        difficulty = (groups.mean - anchor) / (hi - lo)
         row_difficulty = difficulty[rows.codes]
         direction = -np.sign(base) * np.sign(row_difficulty)  # D_i, with sgn(0) = 0
         phi = cfg.lambda_scale * np.exp(direction * np.abs(row_difficulty))
         # (5) Singletons are outside the theory (it needs G >= 2): Phi = 1, they keep grpo's value.
-        weighted = rows.valid & (rows.count[rows.codes] >= 2)
+        weighted = rows.valid & (groups.count[rows.codes] >= 2)
         phi = np.where(weighted, phi, 1.0)
         advantage = phi * base
 
         self.metrics = self._metrics(
-            rows, advantage, phi, weighted & (base != 0), difficulty, anchor, batch_accuracy, gain
+            groups, advantage, phi, weighted & (base != 0), difficulty, anchor, batch_accuracy, gain
         )
         self.history, self.num_updates = new_history, self.num_updates + 1
         return advantage
@@ -215,7 +214,7 @@ class HADWEstimator:
     # ---------------------------------------------------------------------------------------------- metrics
     def _metrics(
         self,
-        rows: Rows,
+        stats: GroupStats,
         advantage: np.ndarray,
         phi: np.ndarray,
         reweighted: np.ndarray,
@@ -224,7 +223,7 @@ class HADWEstimator:
         batch_accuracy: float,
         gain: float | None,
     ) -> dict[str, float]:
-        groups = rows.count >= 2  # the groups HA-DW weighs
+        groups = stats.count >= 2  # the groups HA-DW weighs
         num_groups = max(int(np.count_nonzero(groups)), 1)
         # Phi over the rows it actually scales (A^ != 0); 1.0, the identity, when it scaled none.
         phi_used = phi[reweighted] if np.count_nonzero(reweighted) else np.ones(1)

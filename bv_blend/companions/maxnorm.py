@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bv_blend.core.grouping import GroupIds
+from bv_blend.core.groups import GroupStats, group_max, group_stats
 from bv_blend.core.options import (
     OptionsMixin,
     check_bool,
@@ -28,7 +28,7 @@ from bv_blend.core.options import (
     require,
     reward_range,
 )
-from bv_blend.core.rows import Rows, group_max, grpo_advantages, read_rows, to_tensor, token_rows
+from bv_blend.core.rows import GroupIds, Rows, read_rows, read_token_rows, to_tensor
 
 NUMERATORS = ("rloo", "centered")
 SECTION = "algorithm.maxnorm"
@@ -130,7 +130,7 @@ class MaxNormAC:
             ValueError: NaN or infinite rewards, rewards outside ``reward_range``, or inputs of different lengths.
         """
         rows = read_rows(rewards, group_ids, valid, self.config.reward_range, SECTION)
-        return to_tensor(self._advantages(rows), rewards)
+        return to_tensor(self._advantages(rows, group_stats(rows)), rewards)
 
     def compute_token_level(
         self,
@@ -141,13 +141,13 @@ class MaxNormAC:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask,
         the sequence advantage broadcast over the response tokens as in verl's ``rloo``."""
-        rewards, nonempty = token_rows(token_level_rewards, response_mask, valid)
+        rewards, nonempty = read_token_rows(token_level_rewards, response_mask, valid)
         advantages = self.compute(rewards, group_ids, nonempty).unsqueeze(-1) * response_mask
         return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
-    def _advantages(self, rows: Rows) -> np.ndarray:
-        cfg, codes, valid, count, num_groups = self.config, rows.codes, rows.valid, rows.count, rows.num_groups
+    def _advantages(self, rows: Rows, groups: GroupStats) -> np.ndarray:
+        cfg, codes, valid, count, num_groups = self.config, rows.codes, rows.valid, groups.count, rows.num_groups
 
         # (1) Bounded binning of the valid rows (invalid rows hold 0 and are masked below).
         binned, key = bin_rewards(rows.reward, cfg.delta_res, cfg.reward_range)
@@ -174,13 +174,14 @@ class MaxNormAC:
         row_scale = scale[codes]
         advantage = np.divide(numerator, row_scale, out=np.zeros_like(numerator), where=row_scale > 0)
 
-        self.metrics = self._metrics(rows, binned, advantage, scale, silent, skipped, largest < cfg.floor)
+        self.metrics = self._metrics(rows, groups, binned, advantage, scale, silent, skipped, largest < cfg.floor)
         return advantage
 
     # ---------------------------------------------------------------------------------------------- metrics
     def _metrics(
         self,
         rows: Rows,
+        stats: GroupStats,
         binned: np.ndarray,
         advantage: np.ndarray,
         scale: np.ndarray,
@@ -188,14 +189,14 @@ class MaxNormAC:
         skipped: np.ndarray,
         floor_binds: np.ndarray,
     ) -> dict[str, float]:
-        groups = rows.count >= 1
+        groups = stats.count >= 1
         num_groups = max(int(np.count_nonzero(groups)), 1)
         scaled = groups & ~silent  # the groups that get a scale
         num_scaled = max(int(np.count_nonzero(scaled)), 1)
         inverse_scale = 1.0 / scale[scaled] if np.count_nonzero(scaled) else np.zeros(1)
         # What GRPO would divide by on the same raw rewards, over the groups where GRPO has a signal.
-        _, grpo_std = grpo_advantages(rows, norm_by_std=True, epsilon=GRPO_EPSILON)
-        grpo_signal = (rows.count >= 2) & (grpo_std > 0)
+        grpo_std = np.sqrt(stats.var)
+        grpo_signal = (stats.count >= 2) & (grpo_std > 0)
         grpo_inverse = 1.0 / (grpo_std[grpo_signal] + GRPO_EPSILON) if np.count_nonzero(grpo_signal) else np.zeros(1)
         changed = rows.valid & (np.abs(binned - rows.reward) > CHANGED)
         metrics = {

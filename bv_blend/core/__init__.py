@@ -1,0 +1,1 @@
+"""The layer every estimator shares, verl-free: checked rows, group statistics, option validation, cross-rank sync."""

@@ -1,6 +1,6 @@
-"""Validation helpers shared by the companion methods' frozen configs (HA-DW, MaxNorm-AC, NTF).
+"""Validation helpers shared by every estimator's frozen config (BV-Blend, SPO, HA-DW, MaxNorm-AC, NTF).
 
-Each config names its verl section (``algorithm.ha_dw`` ...) in :attr:`OptionsMixin.SECTION`, so that every error
+Each config names its verl section (``algorithm.bv_blend`` ...) in :attr:`OptionsMixin.SECTION`, so that every error
 says which option of the user's config is wrong and what would be right.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 Options = TypeVar("Options", bound="OptionsMixin")
@@ -38,6 +38,28 @@ class OptionsMixin:
             name: list(value) if isinstance(value, tuple) else value
             for name, value in dataclasses.asdict(self).items()  # type: ignore[call-overload]
         }
+
+
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{option: (saved, current)}`` for every option whose value differs; an absent option reads as ``None``."""
+    return {
+        name: (saved.get(name), current.get(name))
+        for name in sorted(set(saved) | set(current))
+        if saved.get(name) != current.get(name)
+    }
+
+
+def config_mismatch(
+    saved: Mapping[str, Any] | None, current: Mapping[str, Any], spell: Callable[[str, Any], str]
+) -> str | None:
+    """``None`` when a saved state's options equal ``current``; else the end of an error message that names each
+    change and the options that continue the state exactly as it was computed (``spell(name, value)`` writes one
+    option in the caller's syntax: Python keywords, hydra overrides)."""
+    changed = config_changes(dict(saved or {}), current)
+    if not changed:
+        return None
+    restore = " ".join(spell(name, values[0]) for name, values in changed.items())
+    return f"another config (saved, current): {changed}. To continue it exactly as it was computed, set {restore}"
 
 
 def require(condition: bool, section: str, name: str, value: Any, why: str) -> None:
@@ -78,4 +100,15 @@ def reward_range(section: str, value: Any) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-__all__ = ["OptionsMixin", "check_bool", "check_choice", "check_int", "check_number", "require", "reward_range"]
+__all__ = [
+    "OptionsMixin",
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_number",
+    "config_changes",
+    "config_mismatch",
+    "is_number",
+    "require",
+    "reward_range",
+]

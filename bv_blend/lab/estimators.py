@@ -6,8 +6,9 @@ only token, an all-ones response mask, one uuid per prompt and step, and verl's 
 spec's options merged in. The one exception is the ``oracle``: the true advantage R - p, which no estimator can
 know; it is a reference line, not a method.
 
-An entry that this installation cannot run (an estimator that is not registered, or a BV-Blend option that this
-version of ``BVBlendConfig`` does not have) is skipped with the reason, which the report prints.
+An entry that this installation cannot run (an estimator that is not registered, or options that this version
+rejects) is skipped with the reason, which the report prints. Whether an estimator keeps a history between calls (and
+so needs a fresh one at the start of a run) comes from its record (``bv_blend/verl/records.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from bv_blend import BVBlendConfig
 from bv_blend.verl import offline
+from bv_blend.verl.records import record_for
 
 ORACLE = "oracle"
 
@@ -32,7 +34,6 @@ class EstimatorSpec:
     label: str = field(compare=False)  # two specs that differ only in their label run once
     adv_estimator: str = ""
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    keeps_history: bool = False  # state carried between calls (must be reset between runs)
 
     def algorithm_options(self, num_clusters: int) -> dict[str, Any]:
         """The options for one run; BV-Blend also gets K (``algorithm.bv_blend.num_clusters``)."""
@@ -47,7 +48,7 @@ class EstimatorSpec:
 
 
 def bv_blend(label: str, **options: Any) -> EstimatorSpec:
-    return EstimatorSpec(label, "bv_blend", {"bv_blend": options}, keeps_history=True)
+    return EstimatorSpec(label, "bv_blend", {"bv_blend": options})
 
 
 # The estimator table. The stability options (variance_floor, max_abs_advantage="auto") are spec section 5 step 8;
@@ -71,9 +72,8 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "bv_sem_clip5": bv_blend("BV-Blend sem, max_abs_advantage 5", max_abs_advantage=5.0),
     # Bounded BV-Blend (companions spec 4): s = max(s_BV, max |R - b|, tau), |A| <= 1.
     "bv_bounded": bv_blend("BV-Blend sem, bounded scale (tau 0.01)", bounded_scale_tau=0.01),
-    # Companion estimators, through verl's registry like the rest; a stateful one also needs its history reset in
-    # bv_blend.verl.offline.HISTORY_RESETS.
-    "ha_dw": EstimatorSpec("HA-DW (GRPO)", "ha_dw", {"ha_dw": {}}, keeps_history=True),
+    # Companion estimators, through verl's registry like the rest.
+    "ha_dw": EstimatorSpec("HA-DW (GRPO)", "ha_dw", {"ha_dw": {}}),
     "maxnorm_ac": EstimatorSpec("MaxNorm-RLOO", "maxnorm_ac", {"maxnorm": {}}),
     ORACLE: EstimatorSpec("oracle R - p (reference)", ORACLE),
 }
@@ -86,15 +86,14 @@ def unavailable_reason(spec: EstimatorSpec) -> str | None:
         return None
     if name not in offline.registered_estimators():
         return f"verl has no advantage estimator {name!r} registered in this installation"
-    if spec.keeps_history and name not in offline.HISTORY_RESETS:
-        return f"{name!r} keeps a history but bv_blend.verl.offline.HISTORY_RESETS has no reset for it"
-    if name == "bv_blend":
-        options = dict(spec.options.get("bv_blend", {}))
+    record = record_for(name)
+    if record is not None:
+        options = spec.options.get(record.section, {})
         try:
-            BVBlendConfig.from_mapping(options)
+            record.options_class().from_algorithm(offline.algorithm_config(name, spec.options))
         except (TypeError, ValueError) as error:
             first_sentence = str(error).split(". ")[0].rstrip(".")
-            return f"this version's BVBlendConfig rejects {options}: {first_sentence}"
+            return f"this version rejects {record.option_section} {dict(options)}: {first_sentence}"
     return None
 
 

@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from bv_blend.core.grouping import is_padding_uid
-from bv_blend.core.inputs import NO_CLUSTER, nonempty_rows
-from bv_blend.verl.options import ANNOTATE_HINT
-from bv_blend.verl.runtime import ProcessEstimator
+from bv_blend.blend.moments import NO_CLUSTER
+from bv_blend.codebook import CLUSTER_KEY
+from bv_blend.core.rows import is_padding_uid, nonempty_rows
+
+if TYPE_CHECKING:
+    from bv_blend.verl.glue.bv_blend import BVBlendProcess
+
+ANNOTATE_HINT = (
+    "Annotate the training data offline: `python scripts/build_codebook.py train.parquet --num-clusters K "
+    "--out-dir DIR` writes DIR/codebook.npz and copies of the parquet files whose extra_info carries "
+    f"'{CLUSTER_KEY}'; train on those copies with algorithm.bv_blend.codebook_path=DIR/codebook.npz. "
+    "Or set algorithm.bv_blend.on_missing_cluster=assign (with codebook_path) to assign missing prompts on the "
+    "fly with the codebook's encoder."
+)
 
 
 class MissingClusterError(ValueError):
@@ -25,7 +35,7 @@ class MissingClusterError(ValueError):
 
 
 def build_cluster_map(
-    process: ProcessEstimator,
+    process: BVBlendProcess,
     uids: Sequence[Any],
     extra_infos: Sequence[Any] | None,
     row_for_text: Callable[[int], Mapping[str, Any]] | None = None,
@@ -43,7 +53,7 @@ def build_cluster_map(
         MissingClusterError: prompts without an id in ``error`` mode (the message says how to annotate).
         ValueError: an id that is not an integer in 0..K-1, or two rows of one uid with different ids.
     """
-    key, k = process.glue.cluster_key, process.num_clusters
+    key, k = process.options.cluster_key, process.num_clusters
     clusters: dict[str, int] = {}
     missing: dict[str, int] = {}  # uid -> first row, for the error message or the encoder
     padding = is_padding_uid(uids).tolist()
@@ -94,7 +104,7 @@ def cluster_ids_for_rows(
                 "they did not run for this call (is `bv_blend.verl.plugin` imported in this process? run "
                 "`python -m bv_blend.verl.doctor`). When calling verl's compute_advantage yourself, pass a DataProto "
                 "whose non_tensor_batch has 'extra_info', or wrap the call in "
-                "bv_blend.verl.context.batch_context(cluster_map=...)."
+                "bv_blend.verl.channel.advantage_step(cluster_map=...)."
                 if mapping is None
                 else "these uids were not in the batch they read."
             )
@@ -114,14 +124,14 @@ def _as_cluster_id(value: Any, uid: str, key: str, k: int) -> int:
 
 
 def _assign_missing(
-    process: ProcessEstimator, missing: dict[str, int], row_for_text: Callable[[int], Mapping[str, Any]] | None
+    process: BVBlendProcess, missing: dict[str, int], row_for_text: Callable[[int], Mapping[str, Any]] | None
 ) -> dict[str, int]:
-    key = process.glue.cluster_key
-    if process.glue.on_missing_cluster == "error" or row_for_text is None:
+    key = process.options.cluster_key
+    if process.options.on_missing_cluster == "error" or row_for_text is None:
         example = next(iter(missing))
         raise MissingClusterError(
             f"{len(missing)} prompt(s) in this batch have no cluster id in extra_info['{key}'] (e.g. uid {example}), "
-            f"and algorithm.bv_blend.on_missing_cluster={process.glue.on_missing_cluster}. " + ANNOTATE_HINT
+            f"and algorithm.bv_blend.on_missing_cluster={process.options.on_missing_cluster}. " + ANNOTATE_HINT
         )
     rows = [row_for_text(row) for row in missing.values()]
     assigned = process.assigner().assign_rows(rows)

@@ -2,7 +2,7 @@
 
 :func:`check_run` is called by the trainer hooks before any worker or vLLM server starts. It validates the options of
 the selected estimator (and builds it), then reads from the config which of the family's parts the run would stack
-and refuses the unsound stacks with the reason (:func:`bv_blend.companions.check_composition`):
+and refuses the unsound stacks with the reason that the estimator's record gives (:func:`check_composition`):
 
 - ``algorithm.filter_groups.enable`` with ``bv_blend``: the zero-gap skip deletes the groups BV-Blend exists for;
 - ``algorithm.ha_dw.*`` set with ``maxnorm_ac`` or ``bv_blend``: HA-DW's weight stacked on them;
@@ -18,30 +18,70 @@ refused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
-from bv_blend.companions import Composition, check_composition
 from bv_blend.verl import runtime
-from bv_blend.verl.glue import ha_dw
-from bv_blend.verl.glue import maxnorm_ac as maxnorm
-from bv_blend.verl.options import ESTIMATOR_NAME as BV_BLEND
-from bv_blend.verl.options import NTF_LOSS, config_get, section_options, selected_estimator, uses_ntf
+from bv_blend.verl.options import NTF_LOSS, config_get, section_options, selected_record, uses_ntf
+from bv_blend.verl.records import (
+    BOUNDED_SCALE,
+    DIFFICULTY_WEIGHTING,
+    KL_IN_REWARD,
+    NEEDS_A_HOST,
+    RECORDS,
+    REWARD_BINNING,
+    SKIP_ZERO_GAP,
+    record_for,
+)
 
 logger = logging.getLogger(__name__)
-
-# Each of our estimators: how its options are validated and its process-wide estimator built.
-BUILDERS: dict[str, Callable[[Any], Any]] = {
-    BV_BLEND: runtime.estimator_for,
-    ha_dw.ESTIMATOR_NAME: ha_dw.estimator_for,
-    maxnorm.ESTIMATOR_NAME: maxnorm.estimator_for,
-}
-# The option sections of the companion estimators: (section name, its estimator, its defaults).
-SECTIONS = (
-    (ha_dw.ESTIMATOR_NAME, ha_dw.ESTIMATOR_NAME, ha_dw.defaults),
-    (maxnorm.OPTIONS_NAME, maxnorm.ESTIMATOR_NAME, maxnorm.defaults),
-)
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class Composition:
+    """What a run stacks, as the verl options would request it.
+
+    Attributes:
+        estimator: the registered advantage estimator (``bv_blend``, ``ha_dw``, ``maxnorm_ac``, verl's own ...).
+        reward_binning: RRP binning of the rewards before the estimator.
+        skip_zero_gap: RRP zero-gap skip of the estimator's groups.
+        difficulty_weighting: HA-DW's Phi applied to the estimator's advantages.
+        bounded_scale: MaxNorm's bound on BV-Blend's scale.
+        use_kl_in_reward: verl's ``algorithm.use_kl_in_reward``.
+    """
+
+    estimator: str
+    reward_binning: bool = False
+    skip_zero_gap: bool = False
+    difficulty_weighting: bool = False
+    bounded_scale: bool = False
+    use_kl_in_reward: bool = False
+
+    def parts(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name != "estimator" and getattr(self, f.name)]
+
+
+def refusals(composition: Composition) -> list[str]:
+    """Why each unsound part of ``composition`` is refused: its estimator's record refuses it, or it needs an
+    estimator that hosts it (``records.NEEDS_A_HOST``)."""
+    record = record_for(composition.estimator)
+    refuses = record.refuses if record is not None else {}
+    hosts = record.hosts if record is not None else frozenset()
+    reasons = []
+    for part in composition.parts():
+        if part in refuses:
+            reasons.append(refuses[part])
+        elif part in NEEDS_A_HOST and part not in hosts:
+            reasons.append(NEEDS_A_HOST[part])
+    return list(dict.fromkeys(reasons))  # one part's reason can stand for another's (the RRP's two parts)
+
+
+def check_composition(composition: Composition) -> None:
+    """Raise ``ValueError`` naming every unsound part of ``composition``, with the reason and the fix."""
+    reasons = refusals(composition)
+    if reasons:
+        raise ValueError(f"Unsound combination for {composition.estimator}:\n- " + "\n- ".join(reasons))
 
 
 def check_run(config: Any, legacy: bool = False) -> None:
@@ -55,26 +95,28 @@ def check_run(config: Any, legacy: bool = False) -> None:
         RuntimeError: our hooks could not be installed on this verl.
         ValueError: bad options, or an unsound composition (every reason at once, each with its fix).
     """
-    estimator = selected_estimator(config)
+    record = selected_record(config)
     ntf = uses_ntf(config)
-    if estimator is not None or ntf:
+    if record is not None or ntf:
         runtime.raise_hook_errors()
-    if estimator is not None:
-        BUILDERS[estimator](config.algorithm)  # bad options fail here, not at step 1
+    if record is not None:
+        runtime.process_for(record.name, config.algorithm)  # bad options fail here, not at step 1
     algorithm = config_get(config, "algorithm")
-    requested = {name: requested_options(algorithm, name, defaults) for name, _, defaults in SECTIONS}
+    requested = {r.name: requested_options(algorithm, r.section, r.options_class().defaults()) for r in RECORDS}
     _check_stack(algorithm, requested)
     _check_unused(algorithm, requested)
     if ntf:
         _check_ntf(config, legacy)
-    _warn_kl_of_skipped_groups(config, estimator)
+    _warn_kl_of_skipped_groups(config, record.name if record is not None else None)
 
 
-def requested_options(algorithm: Any, name: str, defaults: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """The keys of ``algorithm.<name>`` set to something other than their default (unknown keys included)."""
-    options = section_options(algorithm, name)
-    default = defaults()
-    return {key: value for key, value in options.items() if default.get(key, _MISSING) != value}
+def requested_options(algorithm: Any, section: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``algorithm.<section>`` set to something other than their default (unknown keys included)."""
+    return {
+        key: value
+        for key, value in section_options(algorithm, section).items()
+        if defaults.get(key, _MISSING) != value
+    }
 
 
 def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tuple[Composition, list[str]]:
@@ -82,36 +124,35 @@ def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tupl
     estimator = str(config_get(algorithm, "adv_estimator"))
     why: list[str] = []
     filter_groups = bool(config_get(config_get(algorithm, "filter_groups"), "enable"))
-    zero_gap_filter = estimator == BV_BLEND and filter_groups
+    zero_gap_filter = estimator == "bv_blend" and filter_groups
     if zero_gap_filter:
         why.append(
             "algorithm.filter_groups.enable=true evicts every zero-variance group, which is the zero-gap skip "
             "(set it false)"
         )
-    difficulty = estimator != ha_dw.ESTIMATOR_NAME and bool(requested[ha_dw.ESTIMATOR_NAME])
+    difficulty = estimator != "ha_dw" and bool(requested["ha_dw"])
     if difficulty:
-        keys = ", ".join(requested[ha_dw.ESTIMATOR_NAME])
-        why.append(f"algorithm.ha_dw.{{{keys}}} asks for HA-DW's weight (run adv_estimator=ha_dw instead)")
-    rrp = estimator != maxnorm.ESTIMATOR_NAME and bool(requested[maxnorm.OPTIONS_NAME])
-    rrp_skip = rrp and bool(section_options(algorithm, maxnorm.OPTIONS_NAME).get("skip_zero_gap", True))
+        why.append(f"algorithm.ha_dw.{{{', '.join(requested['ha_dw'])}}} asks for HA-DW's weight (run "
+                   "adv_estimator=ha_dw instead)")
+    rrp = estimator != "maxnorm_ac" and bool(requested["maxnorm_ac"])
+    rrp_skip = rrp and bool(section_options(algorithm, "maxnorm").get("skip_zero_gap", True))
     if rrp:
-        keys = ", ".join(requested[maxnorm.OPTIONS_NAME])
-        why.append(f"algorithm.maxnorm.{{{keys}}} asks for the RRP (run adv_estimator=maxnorm_ac instead)")
-    bounded = section_options(algorithm, BV_BLEND).get("bounded_scale_tau") is not None
-    if bounded and estimator != BV_BLEND:
+        why.append(f"algorithm.maxnorm.{{{', '.join(requested['maxnorm_ac'])}}} asks for the RRP (run "
+                   "adv_estimator=maxnorm_ac instead)")
+    bounded = section_options(algorithm, "bv_blend").get("bounded_scale_tau") is not None
+    if bounded and estimator != "bv_blend":
         why.append("algorithm.bv_blend.bounded_scale_tau is set, but it bounds only bv_blend's scale (set it null)")
     kl_in_reward = bool(config_get(algorithm, "use_kl_in_reward"))
-    if kl_in_reward and estimator == maxnorm.ESTIMATOR_NAME:
+    if kl_in_reward and estimator == "maxnorm_ac":
         why.append("algorithm.use_kl_in_reward=true puts -beta KL into the rewards (set it false)")
-    composition = Composition(
-        estimator=estimator,
-        reward_binning=rrp,
-        skip_zero_gap=zero_gap_filter or rrp_skip,
-        difficulty_weighting=difficulty,
-        bounded_scale=bounded,
-        use_kl_in_reward=kl_in_reward,
-    )
-    return composition, why
+    parts = {
+        REWARD_BINNING: rrp,
+        SKIP_ZERO_GAP: zero_gap_filter or rrp_skip,
+        DIFFICULTY_WEIGHTING: difficulty,
+        BOUNDED_SCALE: bounded,
+        KL_IN_REWARD: kl_in_reward,
+    }
+    return Composition(estimator=estimator, **parts), why
 
 
 def _check_stack(algorithm: Any, requested: dict[str, dict[str, Any]]) -> None:
@@ -123,12 +164,13 @@ def _check_stack(algorithm: Any, requested: dict[str, dict[str, Any]]) -> None:
 
 
 def _check_unused(algorithm: Any, requested: dict[str, dict[str, Any]]) -> None:
-    """Options of a companion estimator that the selected estimator would silently ignore."""
+    """Options of one of our estimators that the selected estimator would silently ignore."""
     estimator = str(config_get(algorithm, "adv_estimator"))
     unused = [
-        f"algorithm.{name}.{{{', '.join(requested[name])}}} acts only with algorithm.adv_estimator={owner}"
-        for name, owner, _ in SECTIONS
-        if requested[name] and estimator != owner
+        f"{record.option_section}.{{{', '.join(requested[record.name])}}} acts only with "
+        f"algorithm.adv_estimator={record.name}"
+        for record in RECORDS
+        if requested[record.name] and estimator != record.name and record.options_elsewhere_refused
     ]
     if unused:
         raise ValueError(
@@ -149,10 +191,10 @@ def _check_ntf(config: Any, legacy: bool) -> None:
 
 
 def _warn_kl_of_skipped_groups(config: Any, estimator: str | None) -> None:
-    if estimator != maxnorm.ESTIMATOR_NAME:
+    if estimator != "maxnorm_ac":
         return
     actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
-    skip = section_options(config_get(config, "algorithm"), maxnorm.OPTIONS_NAME).get("skip_zero_gap", True)
+    skip = section_options(config_get(config, "algorithm"), "maxnorm").get("skip_zero_gap", True)
     if skip and bool(config_get(actor, "use_kl_loss")):
         logger.warning(
             "maxnorm_ac: zero-gap groups get advantage 0, but actor.use_kl_loss=true still applies the KL update "
@@ -161,4 +203,4 @@ def _warn_kl_of_skipped_groups(config: Any, estimator: str | None) -> None:
         )
 
 
-__all__ = ["BUILDERS", "check_run", "composition_of", "requested_options"]
+__all__ = ["Composition", "check_composition", "check_run", "composition_of", "refusals", "requested_options"]

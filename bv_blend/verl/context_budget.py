@@ -14,7 +14,8 @@ Where it runs (docs/paper_recipe.md, "The context check"):
 - ``bv_blend.paper.launch`` (``scripts/train.py``, ``scripts/run_paper.py``): every paper config, before anything
   is started;
 - the trainer's ``__init__`` hook (``bv_blend/verl/hooks.py``), through :func:`check_run`: every run that uses
-  bv_blend (its estimator, or the paper kit's reward). Other runs are left alone, as every hook leaves them.
+  bv_blend (one of its estimators or its loss, or the paper kit's reward). Other runs are left alone, as every hook
+  leaves them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from bv_blend.verl.options import uses_bv_blend
+from bv_blend.verl.options import selected_record, uses_ntf
 
 WIDEN_HINT = (
     "use a copy of the model with a longer window (Qwen2.5-Math: `python scripts/widen_context.py --model DIR "
@@ -176,9 +177,11 @@ def config_value(node: Any, dotted: str) -> Any:
 
 
 def uses_our_code(config: Any) -> bool:
-    """A run that uses bv_blend beyond having it installed: its estimator, or the paper kit's reward."""
+    """A run that uses bv_blend beyond having it installed: one of its estimators or its loss, or the paper kit's
+    reward."""
     reward_path = config_value(config, "reward.custom_reward_function.path")
-    return uses_bv_blend(config) or str(reward_path or "").startswith(OUR_REWARD_PREFIX)
+    ours = selected_record(config) is not None or uses_ntf(config)
+    return ours or str(reward_path or "").startswith(OUR_REWARD_PREFIX)
 
 
 def check_run(config: Any) -> ModelContext | None:

@@ -8,16 +8,17 @@ V1 (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``, the default ``trainer.use_v
 colocate_async and separate_async modes, none of which overrides these methods):
   ``__init__``            validate the options, build the estimator and refuse unsound stacks
                           (``compositions.check_run``) before any worker or vLLM server starts;
-  ``_compute_advantage``  publish the batch context around verl's own method (multi-output sessions; for
-                          BV-Blend also uid -> cluster, read from TransferQueue), then add the estimator's
-                          ``bv_blend/*``, ``ha_dw/*`` or ``maxnorm/*`` metrics to the step's ``metrics``;
+  ``_compute_advantage``  open the step's channel around verl's own method (the process's estimator, parsed
+                          once; multi-output sessions; the inputs the estimator's options ask for, such as
+                          uid -> cluster, read from TransferQueue), then add the estimator's metrics from the
+                          channel to the step's ``metrics``;
   ``_save_checkpoint``    write ``global_step_N/<estimator>_state.pt`` (before verl's save, see ``state.py``);
   ``_load_checkpoint``    restore it after verl's load.
 
 Legacy (``verl.trainer.ppo.ray_trainer``, ``trainer.use_v1=false``): the same three ``RayPPOTrainer`` methods,
-plus the module globals that ``RayPPOTrainer.fit`` calls: ``compute_advantage`` (BV-Blend's uid -> cluster map is
-built from ``data.non_tensor_batch["extra_info"]``) and ``compute_data_metrics`` (adds the estimator's metrics to
-the step dict).
+plus the module globals that ``RayPPOTrainer.fit`` calls: ``compute_advantage`` (the same channel, its inputs built
+from ``data.non_tensor_batch``; the metrics it returns ride on the batch's ``meta_info``) and
+``compute_data_metrics`` (moves them into the step dict).
 
 NTF's ``ntf/*`` metrics need no hook: the loss returns them and verl logs them with the actor's (``actor/ntf/*``).
 """
@@ -29,13 +30,16 @@ from collections.abc import Callable
 from typing import Any
 
 from bv_blend.verl import runtime
-from bv_blend.verl.context import batch_context, current_batch
+from bv_blend.verl.channel import advantage_step, current_step
 from bv_blend.verl.multi_output import final_output_rows
-from bv_blend.verl.options import ESTIMATOR_NAME, selected_estimator
+from bv_blend.verl.options import selected_record
 from bv_blend.verl.patching import wrap
+from bv_blend.verl.records import CLUSTER_IDS, record_for
 
 # What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
 TEXT_FIELDS = ("prompt", "raw_prompt")
+# Where the legacy trainer's batch carries the estimator's metrics from compute_advantage to compute_data_metrics.
+METRICS_KEY = "bv_blend_metrics"
 
 
 # ------------------------------------------------------------------------------------------------ shared
@@ -56,7 +60,7 @@ def _checked_init(legacy: bool) -> Callable[[Callable], Callable]:
 
 def _saving(original: Callable) -> Callable:
     def _save_checkpoint(self, *args, **kwargs):
-        if selected_estimator(self.config) is not None:
+        if selected_record(self.config) is not None:
             from bv_blend.verl.state import save_state
 
             save_state(self)
@@ -68,7 +72,7 @@ def _saving(original: Callable) -> Callable:
 def _loading(original: Callable) -> Callable:
     def _load_checkpoint(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        if selected_estimator(self.config) is not None:
+        if selected_record(self.config) is not None:
             from bv_blend.verl.state import restore_state
 
             restore_state(self)
@@ -81,6 +85,26 @@ def _install_trainer_hooks(trainer_cls: type, legacy: bool) -> None:
     wrap(trainer_cls, "__init__", ("self", "config"), _checked_init(legacy))
     wrap(trainer_cls, "_save_checkpoint", ("self",), _saving)
     wrap(trainer_cls, "_load_checkpoint", ("self",), _loading)
+
+
+def _fields_needed(process: runtime.Process) -> tuple[str, ...]:
+    """The per-row fields the step's inputs are read from (none for an estimator that needs no input)."""
+    if not process.options.inputs():
+        return ()
+    assign = getattr(process.options, "on_missing_cluster", None) == "assign"
+    return ("uid", "extra_info", *(TEXT_FIELDS if assign else ()))
+
+
+def _step_inputs(process: runtime.Process, columns: dict[str, Any]) -> dict[str, Any]:
+    """The channel's inputs for one step, read from the batch's per-row ``columns`` (``uid``, ``extra_info``, ...)."""
+    inputs: dict[str, Any] = {"process": process}
+    if CLUSTER_IDS in process.options.inputs():
+        from bv_blend.verl.clusters import build_cluster_map
+
+        inputs["cluster_map"] = build_cluster_map(
+            process.estimator, columns["uid"], columns.get("extra_info"), _row_reader(columns)
+        )
+    return inputs
 
 
 def _row_reader(columns: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
@@ -105,35 +129,32 @@ def install_v1(trainer_base: Any) -> None:
 
 def _v1_compute_advantage(original: Callable) -> Callable:
     def _compute_advantage(self, batch, metrics):
-        estimator = selected_estimator(self.config)
-        if estimator is None:
+        record = selected_record(self.config)
+        if record is None:
             return original(self, batch, metrics)
-        mapping = None
-        if estimator == ESTIMATOR_NAME:
-            from bv_blend.verl.clusters import build_cluster_map
-
-            process = runtime.estimator_for(self.config.algorithm)
-            columns = _v1_fetch(batch, with_text=process.glue.on_missing_cluster == "assign")
-            mapping = build_cluster_map(process, columns["uid"], columns.get("extra_info"), _row_reader(columns))
-        with batch_context(cluster_map=mapping, output_sources=final_output_rows(list(batch.keys))):
+        process = runtime.process_for(record.name, self.config.algorithm)  # the step's options, parsed once
+        columns = _v1_fetch(batch, _fields_needed(process))
+        sources = final_output_rows(list(batch.keys))
+        with advantage_step(**_step_inputs(process, columns), output_sources=sources) as step:
             result = original(self, batch, metrics)
-        metrics.update(runtime.pop_metrics())
+        metrics.update(step.metrics)
         return result
 
     return _compute_advantage
 
 
-def _v1_fetch(batch: Any, with_text: bool) -> dict[str, list]:
-    """Per-row ``uid``/``extra_info`` (and prompt text) of a ``KVBatchMeta``, in ``batch.keys`` order.
+def _v1_fetch(batch: Any, fields: tuple[str, ...]) -> dict[str, list | None]:
+    """Per-row ``fields`` of a ``KVBatchMeta``, in ``batch.keys`` order (``None`` for a field no row has).
 
     TransferQueue returns non-tensor fields as list-like stacks and silently omits fields no row has.
     """
+    if not fields:
+        return {}
     if len(batch.keys) == 0:
-        return {"uid": []}
+        return {name: [] for name in fields}
     import transfer_queue as tq
 
-    fields = ["uid", "extra_info", *(TEXT_FIELDS if with_text else ())]
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(fields))
     present = set(data.keys())
     return {name: list(data[name]) if name in present else None for name in fields}
 
@@ -150,29 +171,36 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
     signature = inspect.signature(original)
 
     def compute_advantage(data, adv_estimator, *args, **kwargs):
-        # V1 imports this same function by name (v1/utils.py); there its own hook has published the batch already.
-        if adv_estimator != ESTIMATOR_NAME or current_batch() is not None:
+        record = record_for(adv_estimator)
+        # V1 imports this same function by name (v1/utils.py); there its own hook has opened the step already.
+        if record is None or current_step() is not None:
             return original(data, adv_estimator, *args, **kwargs)
-        from bv_blend.verl.clusters import build_cluster_map
-
         config = signature.bind(data, adv_estimator, *args, **kwargs).arguments.get("config")
-        process = runtime.estimator_for(config)
-        columns = {name: data.non_tensor_batch.get(name) for name in ("uid", "extra_info", *TEXT_FIELDS)}
-        if columns["uid"] is None:
+        process = runtime.process_for(record.name, config)
+        fields = _fields_needed(process)
+        columns = {name: data.non_tensor_batch.get(name) for name in fields}
+        if fields and columns["uid"] is None:
             return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
-        mapping = build_cluster_map(process, columns["uid"], columns["extra_info"], _row_reader(columns))
-        with batch_context(cluster_map=mapping):
-            return original(data, adv_estimator, *args, **kwargs)
+        with advantage_step(**_step_inputs(process, columns)) as step:
+            result = original(data, adv_estimator, *args, **kwargs)
+        result.meta_info[METRICS_KEY] = step.metrics
+        return result
 
     return compute_advantage
 
 
 def _legacy_compute_data_metrics(original: Callable) -> Callable:
-    # RayPPOTrainer.fit calls compute_data_metrics once per step, after compute_advantage, and merges the result
-    # into the step's metrics dict: the one place in the legacy loop where the estimator's metrics can join it.
+    # RayPPOTrainer.fit calls compute_data_metrics once per step on the batch compute_advantage returned, and merges
+    # the result into the step's metrics dict: the one place in the legacy loop where the estimator's metrics can
+    # join it. They ride on the batch itself, so no state outlives the step.
+    signature = inspect.signature(original)
+
     def compute_data_metrics(*args, **kwargs):
         metrics = original(*args, **kwargs)
-        metrics.update(runtime.pop_metrics())
+        batch = signature.bind(*args, **kwargs).arguments.get("batch")
+        meta_info = getattr(batch, "meta_info", None)
+        if isinstance(meta_info, dict):
+            metrics.update(meta_info.pop(METRICS_KEY, {}))
         return metrics
 
     return compute_data_metrics

@@ -5,7 +5,7 @@ copies the session's final reward to every output. verl's GRPO (``compute_advant
 verl/trainer/ppo/v1/utils.py) computes advantages on the final output of each session only and broadcasts the
 result to the session's other outputs, so that a session counts once whatever its number of turns. Our estimators
 do the same: the V1 hook publishes :func:`final_output_rows` as the batch's ``output_sources``
-(``bv_blend.verl.context``). BV-Blend's ``source_rows`` and, for the companion estimators,
+(``bv_blend.verl.channel``). BV-Blend's ``source_rows`` and, for the companion estimators,
 :func:`outcome_advantages` leave non-final outputs out of the group statistics and the history, then give them
 their final output's advantage.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bv_blend.core.inputs import nonempty_rows
-from bv_blend.verl.context import current_batch
+from bv_blend.core.rows import read_token_rows
+from bv_blend.verl.channel import current_step
 
 
 def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
@@ -48,23 +48,14 @@ def outcome_advantages(
     """(B, T) advantages of an outcome estimator whose sequence face is ``compute(rewards, uids, valid)``.
 
     The sequence reward is the sum of the token rewards and the advantage is broadcast over the response mask, as in
-    verl's GRPO. When the V1 hook published multi-output sessions (``output_sources`` of the batch context), only
+    verl's GRPO. When the V1 hook published multi-output sessions (``output_sources`` in the step's channel), only
     each session's final output counts in the group statistics (and in any history), and every output of the
     session takes the final output's advantage, as verl's GRPO does in the V1 trainer.
     """
-    if token_level_rewards.shape != response_mask.shape or response_mask.dim() != 2:
-        raise ValueError(
-            f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-            f"{tuple(response_mask.shape)} must both be (batch, response_length)."
-        )
-    valid = nonempty_rows(response_mask)
-    batch = current_batch()
-    sources = batch.output_sources if batch is not None else None
-    if sources is not None and len(sources) != len(valid):
-        sources = None  # published for another batch shape: every row is its own output
-    if sources is not None:
-        valid = valid & (sources == np.arange(len(sources)))
-    sequence = compute(token_level_rewards.sum(dim=-1), index, valid)
+    step = current_step()
+    sources = step.sources_for(response_mask.shape[0]) if step is not None else None
+    rewards, counted = read_token_rows(token_level_rewards, response_mask, source_rows=sources)
+    sequence = compute(rewards, index, counted)
     if sources is not None:
         sequence = sequence[torch.as_tensor(sources, device=sequence.device)]
     return sequence.unsqueeze(-1) * response_mask

@@ -4,18 +4,17 @@ verl's trainer computes advantages in ``verl.trainer.ppo.ray_trainer.compute_adv
 same function). :func:`compute_advantages` mirrors it for outcome-reward estimators: ``grpo`` gets its own branch
 with ``norm_adv_by_std_in_grpo`` passed explicitly (Dr.GRPO is ``grpo`` with it off), every other estimator is
 looked up in verl's registry and called with ``token_level_rewards``, ``response_mask``, ``config`` (the
-``algorithm`` node) and ``index`` (the uids). For ``bv_blend`` it also publishes the uid -> cluster map around the
-call, as the bv_blend trainer hooks do.
+``algorithm`` node) and ``index`` (the uids). Around the call it opens the step's channel with the inputs that the
+estimator's record asks for (uid -> cluster), as the trainer hooks do, and returns the metrics the call reported.
 
-Estimators with a process-wide history (BV-Blend's session) must start each simulated run afresh:
-:func:`reset_history` does it for every estimator listed in :data:`HISTORY_RESETS`.
+Estimators with a process-wide history must start each simulated run afresh: :func:`reset_history` forgets it.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -23,18 +22,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-import bv_blend.verl.plugin  # noqa: F401  (registers bv_blend when verl's core_algos is imported)
+import bv_blend.verl.plugin  # noqa: F401  (registers our estimators when verl's core_algos is imported)
 from bv_blend.verl import runtime
-from bv_blend.verl.context import batch_context
-
-# Estimators that keep a history between calls, and how to forget it (runtime.reset forgets every process-wide
-# estimator, HA-DW's anchor included); the lab refuses to run a stateful estimator without an entry here.
-HISTORY_RESETS: dict[str, Callable[[], None]] = {
-    "bv_blend": runtime.reset,
-    "ha_dw": runtime.reset,
-}
-# Estimators that need each prompt's cluster id (published as a uid -> cluster map around the call).
-NEEDS_CLUSTERS = frozenset({"bv_blend"})
+from bv_blend.verl.channel import advantage_step
+from bv_blend.verl.records import CLUSTER_IDS, record_for
 
 
 def _core_algos() -> Any:
@@ -66,10 +57,18 @@ def algorithm_config(adv_estimator: str, options: Mapping[str, Any] | None = Non
 
 
 def reset_history(adv_estimator: str) -> None:
-    """Forget the process-wide history of this estimator (no-op for stateless ones)."""
-    reset = HISTORY_RESETS.get(adv_estimator)
-    if reset is not None:
-        reset()
+    """Forget the process-wide history of this estimator (no-op for verl's own estimators)."""
+    if record_for(adv_estimator) is not None:
+        runtime.reset(adv_estimator)
+
+
+def needs_clusters(adv_estimator: str, algorithm: DictConfig | None = None) -> bool:
+    """Whether ``adv_estimator`` (with these options) needs each prompt's cluster id."""
+    record = record_for(adv_estimator)
+    if record is None:
+        return False
+    inputs = record.inputs if algorithm is None else runtime.process_for(record.name, algorithm).options.inputs()
+    return CLUSTER_IDS in inputs
 
 
 def compute_advantages(
@@ -78,6 +77,7 @@ def compute_advantages(
     uids: np.ndarray,
     algorithm: DictConfig,
     cluster_ids: np.ndarray | None = None,
+    metrics: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """Advantages (B, T) from verl's registered estimator ``algorithm.adv_estimator``, as verl's trainer calls it.
 
@@ -86,7 +86,8 @@ def compute_advantages(
         response_mask: (B, T) mask of valid response tokens.
         uids: (B,) numpy object array of prompt uids (one per prompt and step, as verl makes them).
         algorithm: verl's ``config.algorithm`` node (see :func:`algorithm_config`).
-        cluster_ids: (B,) cluster id of each row's prompt; required by estimators in :data:`NEEDS_CLUSTERS`.
+        cluster_ids: (B,) cluster id of each row's prompt; required by estimators that need clusters.
+        metrics: if given, receives the metrics the estimator reported in this call.
     """
     name = str(algorithm.adv_estimator)
     core_algos = _core_algos()
@@ -99,18 +100,18 @@ def compute_advantages(
         )
         return advantages
     estimator = core_algos.get_adv_estimator_fn(name)
+    # verl passes non_tensor_batch["uid"] as index whenever the batch has one, as it always does
     kwargs = {"token_level_rewards": token_level_rewards, "response_mask": response_mask, "config": algorithm}
-    kwargs["index"] = uids  # verl passes non_tensor_batch["uid"] whenever the batch has one, as it always does
-    if name not in NEEDS_CLUSTERS:
-        advantages, _ = estimator(**kwargs)
-        return advantages
-    if cluster_ids is None:
-        raise ValueError(f"adv_estimator={name} needs each row's cluster id: pass cluster_ids (one per row).")
-    with batch_context(cluster_map=_uid_to_cluster(uids, cluster_ids)):
-        advantages, _ = estimator(**kwargs)
+    inputs: dict[str, Any] = {}
+    if needs_clusters(name, algorithm):
+        if cluster_ids is None:
+            raise ValueError(f"adv_estimator={name} needs each row's cluster id: pass cluster_ids (one per row).")
+        inputs["cluster_map"] = _uid_to_cluster(uids, cluster_ids)
+    with advantage_step(**inputs) as step:
+        advantages, _ = estimator(index=uids, **kwargs)
+    if metrics is not None:
+        metrics.update(step.metrics)
     return advantages
-
-
 def _uid_to_cluster(uids: np.ndarray, cluster_ids: np.ndarray) -> dict[str, int]:
     if len(uids) != len(cluster_ids):
         raise ValueError(f"uids ({len(uids)}) and cluster_ids ({len(cluster_ids)}) need one entry per row each.")

@@ -1,100 +1,86 @@
-"""The ``algorithm.bv_blend.*`` options: estimator parameters plus the verl glue's own keys.
+"""Reading a verl config: which of our estimators it selects, its ``algorithm.<section>`` options, and the base of
+every estimator's glue options.
 
-verl hands every advantage estimator the raw ``config.algorithm`` node (an OmegaConf ``DictConfig``, or ``None``
-when ``compute_advantage`` is called directly). This module turns its ``bv_blend`` sub-node into a validated
-:class:`~bv_blend.BVBlendConfig` and a :class:`GlueOptions`, with the defaults of ``configs/bv_blend.yaml`` for
-every key that is absent (so ``+algorithm.bv_blend.x=...`` on verl's stock config works too).
+verl hands every advantage estimator the raw ``config.algorithm`` node (an OmegaConf ``DictConfig``, or ``None`` when
+``compute_advantage`` is called directly). Each estimator's glue options class (:class:`GlueOptions`) turns its
+section into validated options, with the defaults of its dataclass for every key that is absent (so
+``+algorithm.<section>.x=...`` on verl's stock config works too).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from bv_blend.blend.config import BVBlendConfig
-from bv_blend.codebook import CLUSTER_KEY
+from bv_blend.core.options import config_mismatch
+from bv_blend.verl.overrides import override_value
+from bv_blend.verl.records import BY_NAME, POLICY_LOSSES, EstimatorRecord, record_for
 
-ESTIMATOR_NAME = "bv_blend"
-# Every advantage estimator this package registers; the trainer hooks act only when one of them is selected.
-OUR_ESTIMATORS = (ESTIMATOR_NAME, "ha_dw", "maxnorm_ac")
-NTF_LOSS = "ntf"
-ON_MISSING_CLUSTER = ("error", "assign")
-ANNOTATE_HINT = (
-    "Annotate the training data offline: `python scripts/build_codebook.py train.parquet --num-clusters K "
-    "--out-dir DIR` writes DIR/codebook.npz and copies of the parquet files whose extra_info carries "
-    f"'{CLUSTER_KEY}'; train on those copies with algorithm.bv_blend.codebook_path=DIR/codebook.npz. "
-    "Or set algorithm.bv_blend.on_missing_cluster=assign (with codebook_path) to assign missing prompts on the "
-    "fly with the codebook's encoder."
-)
+NTF_LOSS = next(iter(POLICY_LOSSES))
 
 
-@dataclass(frozen=True)
 class GlueOptions:
-    """Options of the verl glue (not of the estimator's math).
+    """What the glue of one estimator reads from ``algorithm.<section>``, and how it builds and checkpoints the
+    process's estimator. Subclasses are frozen dataclasses (``==`` says whether the options changed).
 
-    Attributes:
-        num_clusters: K. ``None`` reads it from the codebook.
-        codebook_path: codebook written by ``scripts/build_codebook.py``; needed for ``assign`` and for the
-            codebook check on resume.
-        cluster_key: the ``extra_info`` key holding each prompt's integer cluster id.
-        on_missing_cluster: ``error`` (a prompt without an id stops the run) or ``assign`` (encode it).
-        allow_state_reset: on resume, start the history afresh instead of failing when the checkpoint has no
-            BV-Blend state or a state made with another K / codebook / estimator config.
+    The defaults below suit an estimator whose built object is its verl-free estimator, with ``state_dict`` /
+    ``load_state_dict`` / ``config`` / ``num_updates``.
     """
 
-    num_clusters: int | None = None
-    codebook_path: str | None = None
-    cluster_key: str = CLUSTER_KEY
-    on_missing_cluster: str = "error"
+    NAME: ClassVar[str]  # the record's name
     allow_state_reset: bool = False
 
-    def __post_init__(self) -> None:
-        k = self.num_clusters
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"algorithm.bv_blend.num_clusters={k!r} is invalid: it must be a positive int (K).")
-        if self.codebook_path is not None and not isinstance(self.codebook_path, str):
-            raise ValueError(f"algorithm.bv_blend.codebook_path={self.codebook_path!r} must be a path string.")
-        if not isinstance(self.cluster_key, str) or not self.cluster_key:
-            raise ValueError(f"algorithm.bv_blend.cluster_key={self.cluster_key!r} must be a non-empty string.")
-        if self.on_missing_cluster not in ON_MISSING_CLUSTER:
-            raise ValueError(
-                f"algorithm.bv_blend.on_missing_cluster={self.on_missing_cluster!r} is invalid: use one of "
-                f"{', '.join(ON_MISSING_CLUSTER)}."
-            )
-        if self.on_missing_cluster == "assign" and self.codebook_path is None:
-            raise ValueError(
-                "algorithm.bv_blend.on_missing_cluster=assign needs algorithm.bv_blend.codebook_path: prompts are "
-                "assigned to the nearest centroid of that codebook, with the encoder it was built with."
-            )
-        if not isinstance(self.allow_state_reset, bool):
-            raise ValueError(f"algorithm.bv_blend.allow_state_reset={self.allow_state_reset!r} must be a bool.")
+    @classmethod
+    def record(cls) -> EstimatorRecord:
+        return BY_NAME[cls.NAME]
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Any) -> GlueOptions:
+        """Validate the section; raises ``ValueError`` naming any unknown key or invalid value."""
+        raise NotImplementedError
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every key of the section with its default (what the configs declare)."""
+        raise NotImplementedError
+
+    def build(self) -> Any:
+        """The process's estimator for these options (with an empty history)."""
+        raise NotImplementedError
+
+    def inputs(self) -> frozenset[str]:
+        """The per-batch inputs this run needs from the trainer hooks (``records.CLUSTER_IDS`` ...)."""
+        return self.record().inputs
+
+    def save(self, built: Any) -> dict[str, Any]:
+        """What its checkpoint file holds besides the file's format and versions."""
+        return {"estimator": built.state_dict()}
+
+    def spell(self, name: str, value: Any) -> str:
+        """The override that sets the estimator parameter ``name`` to ``value`` (in resume hints)."""
+        return f"{self.record().option_section}.{name}={override_value(value)}"
+
+    def restore(self, built: Any, payload: Mapping[str, Any], path: str) -> None:
+        """Load a saved history into ``built``; every check runs before anything changes (``ValueError``)."""
+        state = payload.get("estimator")
+        saved = state.get("config") if isinstance(state, Mapping) else None
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"{path} holds no {self.record().label} estimator state: the file is corrupt.")
+        mismatch = config_mismatch(saved, built.config.to_dict(), self.spell)
+        if mismatch:
+            raise ValueError(f"{path} was written with {mismatch}.")
+        built.load_state_dict(state)
 
 
-GLUE_KEYS = frozenset(field.name for field in dataclasses.fields(GlueOptions))
-ESTIMATOR_KEYS = frozenset(field.name for field in dataclasses.fields(BVBlendConfig))
-
-
-def uses_bv_blend(config: Any) -> bool:
-    """True when the full trainer config selects ``algorithm.adv_estimator=bv_blend``."""
-    return selected_estimator(config) == ESTIMATOR_NAME
-
-
-def selected_estimator(config: Any) -> str | None:
-    """The name of our estimator that the full trainer config selects (``bv_blend``, ``ha_dw``, ``maxnorm_ac``),
-    or ``None`` for any other estimator."""
-    algorithm = config_get(config, "algorithm")
-    name = str(config_get(algorithm, "adv_estimator")) if algorithm is not None else None
-    return name if name in OUR_ESTIMATORS else None
-
-
-def uses_ntf(config: Any) -> bool:
-    """True when the full trainer config selects ``actor_rollout_ref.actor.policy_loss.loss_mode=ntf``."""
-    actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
-    return str(config_get(config_get(actor, "policy_loss"), "loss_mode")) == NTF_LOSS
+def config_get(node: Any, key: str) -> Any:
+    """``node.get(key)`` for dicts and DictConfigs (struct mode included), ``getattr`` for namespaces."""
+    if node is None:
+        return None
+    if isinstance(node, (Mapping, DictConfig)):
+        return node.get(key)
+    return getattr(node, key, None)
 
 
 def section_options(algorithm_config: Any, name: str) -> dict[str, Any]:
@@ -107,27 +93,24 @@ def section_options(algorithm_config: Any, name: str) -> dict[str, Any]:
     raise ValueError(f"algorithm.{name} must be a mapping of options, got {type(node).__name__}.")
 
 
-def read_options(algorithm_config: Any) -> tuple[BVBlendConfig, GlueOptions]:
-    """Split and validate ``algorithm.bv_blend``; missing keys take the defaults of ``configs/bv_blend.yaml``.
-
-    Raises:
-        ValueError: an unknown key (named, with the known ones), or an invalid value.
-    """
-    options = section_options(algorithm_config, ESTIMATOR_NAME)
-    unknown = sorted(set(options) - GLUE_KEYS - ESTIMATOR_KEYS)
+def unknown_keys(options: Mapping[str, Any], known: set[str] | frozenset[str], section: str) -> None:
+    """A misspelt key is an error that names it and the known ones, not a silently ignored default."""
+    unknown = sorted(set(options) - set(known))
     if unknown:
         raise ValueError(
-            f"Unknown option(s) algorithm.bv_blend.{{{', '.join(unknown)}}}. Estimator options: "
-            f"{sorted(ESTIMATOR_KEYS)}; verl glue options: {sorted(GLUE_KEYS)}. Check the spelling."
+            f"Unknown option(s) {section}.{{{', '.join(unknown)}}}. Known options: {sorted(known)}. Check the spelling."
         )
-    glue = GlueOptions(**{k: options.pop(k) for k in list(options) if k in GLUE_KEYS})
-    return BVBlendConfig.from_mapping(options), glue
 
 
-def config_get(node: Any, key: str) -> Any:
-    """``node.get(key)`` for dicts and DictConfigs (struct mode included), ``getattr`` for namespaces."""
-    if node is None:
-        return None
-    if isinstance(node, (Mapping, DictConfig)):
-        return node.get(key)
-    return getattr(node, key, None)
+def selected_record(config: Any) -> EstimatorRecord | None:
+    """The record of our estimator that the full trainer config selects, or ``None`` for any other estimator."""
+    return record_for(config_get(config_get(config, "algorithm"), "adv_estimator"))
+
+
+def uses_ntf(config: Any) -> bool:
+    """True when the full trainer config selects ``actor_rollout_ref.actor.policy_loss.loss_mode=ntf``."""
+    actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
+    return str(config_get(config_get(actor, "policy_loss"), "loss_mode")) == NTF_LOSS
+
+
+__all__ = ["NTF_LOSS", "GlueOptions", "config_get", "section_options", "selected_record", "unknown_keys", "uses_ntf"]

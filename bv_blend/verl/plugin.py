@@ -7,7 +7,7 @@ So it imports nothing heavy and nothing of verl (verl is half-initialised at tha
 post-import hooks; the work happens when, and only if, the process imports the verl module concerned:
 
 - ``verl.trainer.ppo.core_algos``: register our estimators in verl's advantage-estimator registry and ``ntf`` in
-  its policy-loss registry (:data:`ESTIMATORS`, :data:`POLICY_LOSSES`);
+  its policy-loss registry (every record of ``bv_blend/verl/records.py``, and its ``POLICY_LOSSES``);
 - ``verl.trainer.ppo.ray_trainer``: legacy trainer hooks;
 - ``verl.trainer.ppo.v1.trainer_base``: V1 trainer hooks.
 
@@ -18,30 +18,19 @@ Importing this module twice, or through both routes, is harmless. A hook that fa
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from types import ModuleType
 
 import wrapt
 
+from bv_blend.verl.records import POLICY_LOSSES, RECORDS, resolve
+
 logger = logging.getLogger(__name__)
 
 ENTRY_MODULE = __name__
-
-
 # name -> "module:function", imported only when verl imports core_algos.
-ESTIMATORS = {
-    "bv_blend": "bv_blend.verl.glue.bv_blend:compute_bv_blend_advantage",
-    "ha_dw": "bv_blend.verl.glue.ha_dw:compute_ha_dw_advantage",
-    "maxnorm_ac": "bv_blend.verl.glue.maxnorm_ac:compute_maxnorm_ac_advantage",
-}
-POLICY_LOSSES = {"ntf": "bv_blend.verl.glue.ntf:compute_policy_loss_ntf"}
-
-
-def _load(reference: str) -> Callable:
-    module, _, name = reference.partition(":")
-    return getattr(importlib.import_module(module), name)
+ESTIMATORS = {record.name: record.function for record in RECORDS}
 
 
 def _register(registry: dict, register: Callable, name: str, fn: Callable, what: str) -> None:
@@ -62,13 +51,13 @@ def _register_all(core_algos: ModuleType) -> None:
     failures = []
     for name, reference in ESTIMATORS.items():
         try:
-            fn = _load(reference)
+            fn = resolve(reference)
             _register(core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.register_adv_est, name, fn, "advantage estimator")
         except Exception as exc:  # one failure must not keep the others from registering
             failures.append(f"estimator {name}: {type(exc).__name__}: {exc}")
     for name, reference in POLICY_LOSSES.items():
         try:
-            fn = _load(reference)
+            fn = resolve(reference)
             _register(core_algos.POLICY_LOSS_REGISTRY, core_algos.register_policy_loss, name, fn, "policy loss")
         except Exception as exc:
             failures.append(f"policy loss {name}: {type(exc).__name__}: {exc}")

@@ -1,4 +1,5 @@
-"""Compositions with BV-Blend (companions spec section 4): the bounded scale, and the refusals with their reasons."""
+"""Compositions with BV-Blend (companions spec section 4): the bounded scale, and the refusals with their reasons
+(declared in the estimators' records, bv_blend/verl/records.py)."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bv_blend.companions import Composition, bounded_blend_scale, check_composition
+from bv_blend.blend.estimator import bounded_blend_scale
+from bv_blend.verl.compositions import Composition, check_composition
 
 EPS = 1e-6
 

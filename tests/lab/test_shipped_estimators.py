@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.lab.estimators import ESTIMATORS, Advantages
 from bv_blend.verl import offline, runtime
-from bv_blend.verl.context import batch_context
+from bv_blend.verl.channel import advantage_step
 from tests.lab._helpers import SMALL, lab_advantages, traced, verl_face
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
@@ -78,7 +78,7 @@ def test_offline_adapter_mirrors_verl_trainer_compute_advantage(key):
     data = DataProto.from_dict(
         tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uids}
     )
-    with batch_context(cluster_map=dict(zip(uids.tolist(), clusters.tolist(), strict=True))):
+    with advantage_step(cluster_map=dict(zip(uids.tolist(), clusters.tolist(), strict=True))):
         data = ray_trainer.compute_advantage(
             data,
             adv_estimator=spec.adv_estimator,

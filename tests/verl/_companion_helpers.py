@@ -8,15 +8,17 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from bv_blend.verl.records import record_for
+
 RESPONSE_LEN = 6
 
 
 def algorithm(estimator: str, **options: Any) -> DictConfig:
     """``config.algorithm`` as verl passes it: the estimator, verl's GRPO switch and our options sub-node."""
     node: dict[str, Any] = {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": options.pop("norm", True)}
-    section = {"ha_dw": "ha_dw", "maxnorm_ac": "maxnorm"}.get(estimator)
-    if section is not None:
-        node[section] = options
+    record = record_for(estimator)
+    if record is not None:
+        node[record.section] = options
     return OmegaConf.create(node)
 
 

@@ -36,7 +36,7 @@ def main(root: str, saved_step: int, last_step: int, reference_path: str) -> Non
         trainer._load_checkpoint()
         assert trainer.global_steps == saved_step, (name, trainer.global_steps)
         run_legacy_steps(range(saved_step + 1, last_step + 1), config)
-        state = state_tensors(runtime.estimator_for(config.algorithm).estimator.state_dict())
+        state = state_tensors(runtime.estimator_for("bv_blend", config.algorithm).estimator.state_dict())
         assert state.keys() == reference.keys(), name
         unequal = [key for key in state if not torch.equal(state[key], reference[key])]
         assert not unequal, (name, unequal)

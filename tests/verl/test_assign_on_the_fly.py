@@ -64,7 +64,7 @@ def test_missing_ids_are_assigned_like_the_offline_annotation(annotated):
     codebook_path, rows = annotated
     config = compose_config([f"algorithm.bv_blend.codebook_path={codebook_path}",
                              "algorithm.bv_blend.on_missing_cluster=assign"])
-    estimator = runtime.estimator_for(config.algorithm).estimator
+    estimator = runtime.estimator_for("bv_blend", config.algorithm).estimator
     received = {}
     compute = estimator.compute_token_level
 

@@ -16,13 +16,14 @@ import pytest
 import torch
 
 from bv_blend.verl import runtime
-from bv_blend.verl.state import STATE_FILE
+from bv_blend.verl.records import BY_NAME
 from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, state_tensors, tiny_codebook
+
+STATE_FILE = BY_NAME["bv_blend"].state_file
 
 trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 REPO = Path(__file__).resolve().parents[2]
-FORMAT1_STATE = REPO / "tests" / "data" / "bv_blend_state_format1.pt"
 SAVED_STEP, LAST_STEP = 2, 4
 
 
@@ -49,7 +50,7 @@ def test_fake_workers_save_then_resume_in_new_process_is_bit_identical(tmp_path)
     config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
     run_legacy_steps(range(SAVED_STEP + 1, LAST_STEP + 1), config)  # the uninterrupted run goes on
     reference = tmp_path / "uninterrupted.pt"
-    torch.save(runtime.estimator_for(config.algorithm).estimator.state_dict(), reference)
+    torch.save(runtime.estimator_for("bv_blend", config.algorithm).estimator.state_dict(), reference)
 
     cmd = [sys.executable, "-W", "ignore", "-m", "tests.verl._resume_worker", str(tmp_path), str(SAVED_STEP)]
     proc = subprocess.run([*cmd, str(LAST_STEP), str(reference)], cwd=REPO, capture_output=True, text=True)
@@ -61,13 +62,13 @@ def test_fake_workers_save_then_resume_in_new_process_is_bit_identical(tmp_path)
 def test_fake_workers_legacy_save_writes_state_and_resume_restores(tmp_path):
     """The legacy RayPPOTrainer's real _save_checkpoint writes the state; its _load_checkpoint restores it."""
     _train_and_save(tmp_path, ray_trainer.RayPPOTrainer, "algorithm.bv_blend.num_clusters=3")
-    saved = state_tensors(runtime.estimator_for(_config(tmp_path, "algorithm.bv_blend.num_clusters=3").algorithm)
-                          .estimator.state_dict())
+    algorithm = _config(tmp_path, "algorithm.bv_blend.num_clusters=3").algorithm
+    saved = state_tensors(runtime.estimator_for("bv_blend", algorithm).estimator.state_dict())
     runtime.reset()
     config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
     trainer = minimal_trainer(ray_trainer.RayPPOTrainer, config)
     trainer._load_checkpoint()
-    restored = state_tensors(runtime.estimator_for(config.algorithm).estimator.state_dict())
+    restored = state_tensors(runtime.estimator_for("bv_blend", config.algorithm).estimator.state_dict())
     assert trainer.global_steps == SAVED_STEP and all(torch.equal(restored[k], saved[k]) for k in saved)
     assert [c[0] for c in trainer.actor_rollout_wg.calls] == ["load_checkpoint"]
 
@@ -88,29 +89,20 @@ def test_fake_workers_mismatched_state_fails_loudly(tmp_path, resume_overrides, 
     assert STATE_FILE in str(info.value) and "allow_state_reset" in str(info.value)
 
 
-def test_fake_workers_state_saved_before_the_stability_options_names_the_overrides_that_continue_it(tmp_path):
-    """A checkpoint whose BV-Blend state was written before variance_floor and max_abs_advantage="auto" existed
-    (tests/data/bv_blend_state_format1.pt, written by that version, K=3): under the new defaults the resume fails
-    with the overrides that continue it exactly; with them, it resumes."""
+def test_fake_workers_state_of_an_unknown_format_is_refused_with_the_reason(tmp_path):
+    """A BV-Blend state whose format this version does not read (here 1, written before the stability options) is a
+    clear error at resume, and nothing is loaded: the package has no release whose format needs a migration."""
     _train_and_save(tmp_path, trainer_sync.PPOTrainerSync, "algorithm.bv_blend.num_clusters=3")
     path = tmp_path / f"global_step_{SAVED_STEP}" / STATE_FILE
-    payload, old = torch.load(path, weights_only=True), torch.load(FORMAT1_STATE, weights_only=True)
-    payload.update(estimator=old, estimator_config=dict(old["config"]))
+    payload = torch.load(path, weights_only=True)
+    payload["estimator"]["format_version"] = 1
     torch.save(payload, path)
     runtime.reset()
-    defaults = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
-    with pytest.raises(ValueError) as info:
-        minimal_trainer(trainer_sync.PPOTrainerSync, defaults)._load_checkpoint()
-    overrides = ["algorithm.bv_blend.max_abs_advantage=null", "algorithm.bv_blend.variance_floor=none"]
-    assert f"set {' '.join(overrides)}" in str(info.value) and "allow_state_reset" in str(info.value)
-    assert "before the option(s) ['variance_floor'] existed" in str(info.value)
-
-    runtime.reset()
-    config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3", *overrides)
-    minimal_trainer(trainer_sync.PPOTrainerSync, config)._load_checkpoint()
-    restored = runtime.estimator_for(config.algorithm).estimator
-    assert restored.num_updates == 3 and restored.config.variance_floor == "none"
-    assert all(torch.equal(state_tensors(restored.state_dict())[k], old[k]) for k in ("count", "mean", "seen"))
+    config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
+    with pytest.raises(ValueError, match="Unsupported BV-Blend state format 1; this version reads format 2") as info:
+        minimal_trainer(trainer_sync.PPOTrainerSync, config)._load_checkpoint()
+    assert "allow_state_reset" in str(info.value)
+    assert runtime.estimator_for("bv_blend", config.algorithm).estimator.num_updates == 0
 
 
 def test_fake_workers_other_codebook_fails_and_reset_is_explicit(tmp_path):
@@ -124,7 +116,7 @@ def test_fake_workers_other_codebook_fails_and_reset_is_explicit(tmp_path):
     reset = "algorithm.bv_blend.allow_state_reset=true"
     opt_out = _config(tmp_path, f"algorithm.bv_blend.codebook_path={book_b}", reset)
     minimal_trainer(trainer_sync.PPOTrainerSync, opt_out)._load_checkpoint()
-    assert runtime.estimator_for(opt_out.algorithm).estimator.num_updates == 0
+    assert runtime.estimator_for("bv_blend", opt_out.algorithm).estimator.num_updates == 0
 
 
 def test_fake_workers_checkpoint_without_state_fails_loudly(tmp_path):
@@ -143,7 +135,7 @@ def test_fake_workers_resume_disable_starts_fresh(tmp_path):
     trainer = minimal_trainer(trainer_sync.PPOTrainerSync, config)
     trainer._load_checkpoint()
     assert trainer.global_steps == 0 and trainer.actor_rollout_wg.calls == []
-    assert runtime.estimator_for(config.algorithm).estimator.num_updates == 0
+    assert runtime.estimator_for("bv_blend", config.algorithm).estimator.num_updates == 0
 
 
 def test_fake_workers_other_estimator_writes_no_state(tmp_path):
@@ -151,7 +143,7 @@ def test_fake_workers_other_estimator_writes_no_state(tmp_path):
     trainer = minimal_trainer(trainer_sync.PPOTrainerSync, _config(tmp_path, "algorithm.adv_estimator=grpo"), 1)
     trainer._save_checkpoint()
     assert (tmp_path / "global_step_1" / "data.pt").is_file()
-    assert not (tmp_path / "global_step_1" / STATE_FILE).exists() and runtime._CURRENT is None
+    assert not (tmp_path / "global_step_1" / STATE_FILE).exists() and runtime.held("bv_blend") is None
 
 
 @pytest.mark.parametrize("trainer_cls", ["v1", "legacy"])

@@ -18,14 +18,13 @@ import torch
 
 from bv_blend.paper.configs import compose_paper_config
 from bv_blend.verl import runtime
-from bv_blend.verl.glue import ha_dw
-from bv_blend.verl.state import STATEFUL
+from bv_blend.verl.records import BY_NAME
 from tests.verl._helpers import minimal_trainer, step_dataproto, step_rows
 
 trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
-STATE_FILE = STATEFUL["ha_dw"].file
+STATE_FILE = BY_NAME["ha_dw"].state_file
 SAVED_STEP, LAST_STEP = 2, 4
 
 
@@ -65,21 +64,21 @@ def test_fake_workers_round_trip_is_bit_identical(tmp_path, mode, trainer_cls):
     _save_at(tmp_path, cls, mode_override)
     folder = tmp_path / f"global_step_{SAVED_STEP}"
     assert (folder / STATE_FILE).is_file() and (folder / "data.pt").is_file()
-    assert not (folder / STATEFUL["bv_blend"].file).exists()
+    assert not (folder / BY_NAME["bv_blend"].state_file).exists()
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == str(SAVED_STEP)
 
     config = _config(tmp_path, mode_override)
     uninterrupted = _steps(range(SAVED_STEP + 1, LAST_STEP + 1), config)
-    reference = ha_dw.estimator_for(config.algorithm).state_dict()
+    reference = runtime.estimator_for("ha_dw", config.algorithm).state_dict()
     assert reference["num_updates"] == LAST_STEP
 
     runtime.reset()
     trainer = minimal_trainer(cls, _config(tmp_path, mode_override))
     trainer._load_checkpoint()
     assert trainer.global_steps == SAVED_STEP
-    assert ha_dw.estimator_for(config.algorithm).num_updates == SAVED_STEP
+    assert runtime.estimator_for("ha_dw", config.algorithm).num_updates == SAVED_STEP
     resumed = _steps(range(SAVED_STEP + 1, LAST_STEP + 1), config)
-    state = ha_dw.estimator_for(config.algorithm).state_dict()
+    state = runtime.estimator_for("ha_dw", config.algorithm).state_dict()
     assert torch.equal(state["history"], reference["history"]) and state["history"].dtype == torch.float64
     assert state["num_updates"] == reference["num_updates"] and state["config"] == reference["config"]
     assert all(torch.equal(a, b) for a, b in zip(resumed, uninterrupted, strict=True))
@@ -90,21 +89,23 @@ def test_fake_workers_round_trip_is_bit_identical(tmp_path, mode, trainer_cls):
 
 
 @pytest.mark.parametrize(
-    "overrides",
+    ("overrides", "restore"),
     [
-        ["algorithm.ha_dw.lambda_scale=1.5"],
-        ["algorithm.ha_dw.mode=kalman"],
-        ["algorithm.norm_adv_by_std_in_grpo=false"],
+        (["algorithm.ha_dw.lambda_scale=1.5"], "set algorithm.ha_dw.lambda_scale=1.3."),
+        (["algorithm.ha_dw.mode=kalman"], "set algorithm.ha_dw.mode=window."),
+        (["algorithm.norm_adv_by_std_in_grpo=false"], "set algorithm.norm_adv_by_std_in_grpo=true."),
     ],
 )
-def test_fake_workers_state_of_other_options_fails_loudly(tmp_path, overrides):
+def test_fake_workers_state_of_other_options_fails_loudly(tmp_path, overrides, restore):
+    """The error names the change and the override that continues the saved history exactly."""
     _save_at(tmp_path, trainer_sync.PPOTrainerSync)
     runtime.reset()
     trainer = minimal_trainer(trainer_sync.PPOTrainerSync, _config(tmp_path, *overrides))
-    with pytest.raises(ValueError, match="other HA-DW options") as info:
+    with pytest.raises(ValueError, match="was written with another config") as info:
         trainer._load_checkpoint()
+    assert restore in str(info.value)
     assert STATE_FILE in str(info.value) and "algorithm.ha_dw.allow_state_reset=true" in str(info.value)
-    assert ha_dw.estimator_for(trainer.config.algorithm).num_updates == 0  # nothing was loaded
+    assert runtime.estimator_for("ha_dw", trainer.config.algorithm).num_updates == 0  # nothing was loaded
 
 
 def test_fake_workers_missing_state_fails_and_reset_is_explicit(tmp_path):
@@ -117,7 +118,7 @@ def test_fake_workers_missing_state_fails_and_reset_is_explicit(tmp_path):
     opt_out = _config(tmp_path, "algorithm.ha_dw.allow_state_reset=true")
     trainer = minimal_trainer(trainer_sync.PPOTrainerSync, opt_out)
     trainer._load_checkpoint()
-    assert trainer.global_steps == SAVED_STEP and ha_dw.estimator_for(opt_out.algorithm).num_updates == 0
+    assert trainer.global_steps == SAVED_STEP and runtime.estimator_for("ha_dw", opt_out.algorithm).num_updates == 0
 
 
 def test_fake_workers_corrupt_state_is_refused(tmp_path):

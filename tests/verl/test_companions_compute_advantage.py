@@ -2,7 +2,8 @@
 
 Everything is verl 0.9.1's real code on CPU: ``verl.trainer.ppo.ray_trainer.compute_advantage`` looks the estimator up
 in the registry our plugin filled (``import verl`` loaded it through the entry point), ``compute_data_metrics``
-carries the step's metrics. The expected numbers are the companions spec's worked examples.
+moves the step's metrics (carried on the batch) into the step dict. The expected numbers are the companions spec's
+worked examples.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import pytest
 import torch
 
 from bv_blend.verl import runtime
-from bv_blend.verl.glue import ha_dw
-from bv_blend.verl.glue import maxnorm_ac as maxnorm
+from bv_blend.verl.channel import current_step
+from bv_blend.verl.hooks import METRICS_KEY
 from tests.verl._companion_helpers import algorithm, group_batch, run, sequence_advantages
 
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
@@ -65,7 +66,7 @@ def test_ha_dw_is_verls_grpo_times_phi(norm):
 def test_ha_dw_kalman_worked_example_through_verl():
     """Stored C+ = [0.3, 0.5], y = 0.3: sigma = 0.1, eta = 0.1, C+ = 0.48; the call anchors on C- = 0.5."""
     config = algorithm("ha_dw", mode="kalman")
-    estimator = ha_dw.estimator_for(config)
+    estimator = runtime.estimator_for("ha_dw", config)
     estimator.load_state_dict({**estimator.state_dict(), "history": torch.tensor([0.3, 0.5], dtype=torch.float64),
                                "num_updates": 2})  # fmt: skip
     metrics = _step_metrics(run("ha_dw", [[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], config))
@@ -83,7 +84,7 @@ def test_ha_dw_singletons_keep_grpos_value_and_all_equal_groups_stay_zero():
     assert weighted[0] == 1 / (1 + 1e-6)
     assert weighted[2:7].abs().sum() == 0
     assert weighted[7] != grpo[7] and torch.sign(weighted[7:]).tolist() == torch.sign(grpo[7:]).tolist()
-    assert ha_dw.estimator_for(algorithm("ha_dw")).history.tolist() == [5 / 9]  # every valid row counts in y
+    assert runtime.estimator_for("ha_dw", algorithm("ha_dw")).history.tolist() == [5 / 9]  # every valid row counts in y
 
 
 # ------------------------------------------------------------------------------------------------- MaxNorm-AC
@@ -126,15 +127,16 @@ def test_maxnorm_centered_numerator_differs_only_where_the_floor_binds():
 def test_padding_rows_get_zero_and_change_nothing(estimator):
     """verl's synthetic rows (uid 'pad...', empty mask, here with NaN rewards) are inert."""
     with_pad = run(estimator, HARD_AND_EASY + [[0.5, 0.25]], pad_rows=3)
-    metrics_with_pad = runtime.pop_metrics()
-    history_with_pad = ha_dw.estimator_for(algorithm("ha_dw")).history.copy() if estimator == "ha_dw" else None
+    metrics_with_pad = with_pad.meta_info[METRICS_KEY]
+    hadw = runtime.estimator_for("ha_dw", algorithm("ha_dw")) if estimator == "ha_dw" else None
+    history_with_pad = hadw.history.copy() if hadw is not None else None
     runtime.reset()
     without = run(estimator, HARD_AND_EASY + [[0.5, 0.25]])
     assert torch.equal(with_pad.batch["advantages"][:10], without.batch["advantages"])
     assert with_pad.batch["advantages"][10:].abs().sum() == 0
-    assert runtime.pop_metrics() == metrics_with_pad
+    assert without.meta_info[METRICS_KEY] == metrics_with_pad
     if estimator == "ha_dw":
-        assert np.array_equal(ha_dw.estimator_for(algorithm("ha_dw")).history, history_with_pad)
+        assert np.array_equal(runtime.estimator_for("ha_dw", algorithm("ha_dw")).history, history_with_pad)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +145,7 @@ def test_padding_rows_get_zero_and_change_nothing(estimator):
 )
 def test_rewards_outside_the_range_are_a_clear_error_and_change_nothing(estimator, bad, section):
     run(estimator, HARD_AND_EASY)
-    process = {"ha_dw": ha_dw, "maxnorm_ac": maxnorm}[estimator].estimator_for(algorithm(estimator))
+    process = runtime.estimator_for(estimator, algorithm(estimator))
     before = (process.state_dict(), dict(process.metrics)) if estimator == "ha_dw" else dict(process.metrics)
     with pytest.raises(ValueError, match=f"{section}.reward_range" if section else "must be finite") as error:
         run(estimator, [[1, 0, bad, 0]])
@@ -155,7 +157,7 @@ def test_rewards_outside_the_range_are_a_clear_error_and_change_nothing(estimato
         assert process.metrics == metrics
     else:
         assert process.metrics == before
-    assert runtime.pop_metrics() == process.metrics  # the failed call left the step's pending metrics alone
+    assert current_step() is None  # the failed call's channel closed with it
 
 
 def test_wider_declared_range_accepts_the_rewards():
@@ -186,4 +188,5 @@ def test_other_estimators_run_verls_code_and_keep_no_companion_state():
         group_batch(HARD_AND_EASY), adv_estimator="grpo", config=algorithm("grpo")
     )
     assert torch.equal(grpo.batch["advantages"], original.batch["advantages"])
-    assert runtime._COMPANIONS == {} and runtime.pop_metrics() == {}
+    assert runtime.held("ha_dw") is None and runtime.held("maxnorm_ac") is None
+    assert METRICS_KEY not in grpo.meta_info

@@ -15,6 +15,7 @@ from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.codebook import CLUSTER_KEY
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
+from bv_blend.verl.hooks import METRICS_KEY
 from tests.verl._helpers import K, padded, step_dataproto, step_rows
 
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
@@ -38,7 +39,7 @@ def test_bv_blend_through_verl_equals_core_over_steps():
         torch.testing.assert_close(data.batch["advantages"], expected, rtol=0, atol=0)
         torch.testing.assert_close(data.batch["returns"], expected, rtol=0, atol=0)
         assert data.batch["advantages"].abs().sum() > 0
-    assert runtime.estimator_for(config).estimator.num_updates == reference.num_updates == 3
+    assert runtime.estimator_for("bv_blend", config).estimator.num_updates == reference.num_updates == 3
 
 
 def test_legacy_step_metrics_reach_compute_data_metrics():
@@ -50,7 +51,7 @@ def test_legacy_step_metrics_reach_compute_data_metrics():
     mask = data.batch["response_mask"]
     data.batch["attention_mask"] = torch.cat([torch.ones_like(mask), mask], dim=1)
     metrics = ray_trainer.compute_data_metrics(batch=data, use_critic=False)
-    estimator_metrics = runtime.estimator_for(algorithm()).estimator.metrics
+    estimator_metrics = runtime.estimator_for("bv_blend", algorithm()).estimator.metrics
     assert {k: metrics[k] for k in estimator_metrics} == estimator_metrics
     assert "bv_blend/effective_signal_ratio" in metrics and "critic/advantages/mean" in metrics
     assert not any(k.startswith("bv_blend/") for k in ray_trainer.compute_data_metrics(batch=data, use_critic=False))
@@ -62,7 +63,8 @@ def test_grpo_is_unchanged_with_bv_blend_installed():
     patched = ray_trainer.compute_advantage(step_dataproto(rows), adv_estimator="grpo", config=algorithm())
     original = ray_trainer.compute_advantage.__wrapped__(step_dataproto(rows), adv_estimator="grpo", config=algorithm())
     torch.testing.assert_close(patched.batch["advantages"], original.batch["advantages"], rtol=0, atol=0)
-    assert runtime._CURRENT is None and runtime.pop_metrics() == {}
+    assert runtime.held("bv_blend") is None
+    assert METRICS_KEY not in patched.meta_info
 
 
 def test_padding_rows_get_zero_and_leave_history_alone():
@@ -71,12 +73,12 @@ def test_padding_rows_get_zero_and_leave_history_alone():
     pad = dict(rows[0], uid="pad0123", key="pad0123_0_0", response_mask=torch.zeros(2, dtype=torch.int64))
     padded_batch = step_dataproto([*rows, pad, pad])
     with_pad = ray_trainer.compute_advantage(padded_batch, adv_estimator="bv_blend", config=algorithm())
-    state_with_pad = runtime.estimator_for(algorithm()).estimator.state_dict()
+    state_with_pad = runtime.estimator_for("bv_blend", algorithm()).estimator.state_dict()
     runtime.reset()
     without = ray_trainer.compute_advantage(step_dataproto(rows), adv_estimator="bv_blend", config=algorithm())
     assert torch.equal(with_pad.batch["advantages"][: len(rows)], without.batch["advantages"])
     assert with_pad.batch["advantages"][len(rows) :].abs().sum() == 0
-    state = runtime.estimator_for(algorithm()).estimator.state_dict()
+    state = runtime.estimator_for("bv_blend", algorithm()).estimator.state_dict()
     assert all(torch.equal(state[k], v) for k, v in state_with_pad.items() if isinstance(v, torch.Tensor))
 
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from bv_blend import BVBlendConfig
 from bv_blend.paper.configs import BOOKKEEPING_KEYS, COMPARISONS, MAIN_CONFIG, PAPER_CONFIGS, config_diff
-from bv_blend.verl.options import GlueOptions, read_options
+from bv_blend.verl.glue.bv_blend import BVBlendOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 SEPARATOR = "=== bv_blend config: "
@@ -70,14 +70,16 @@ def test_the_shortest_command_composes_bv_blend_on_verls_ppo_trainer(tmp_path):
     config = OmegaConf.create(result.stdout)
     assert config.algorithm.adv_estimator == "bv_blend"
     assert config.actor_rollout_ref.rollout.n is not None and config.trainer.resume_mode == "auto"  # verl's keys
-    estimator, glue = read_options(config.algorithm)
-    assert estimator == BVBlendConfig(temperature=0.2) and glue == GlueOptions(num_clusters=64)
+    glue = BVBlendOptions.from_algorithm(config.algorithm)
+    estimator = glue.config
+    assert estimator == BVBlendConfig(temperature=0.2) and glue == BVBlendOptions(config=estimator, num_clusters=64)
 
 
 @pytest.mark.slow
 def test_bv_blend_config_declares_every_option_with_the_code_defaults(job_configs):
-    estimator, glue = read_options(job_configs["bv_blend"].algorithm)
-    assert estimator == BVBlendConfig() and glue == GlueOptions()
+    glue = BVBlendOptions.from_algorithm(job_configs["bv_blend"].algorithm)
+    estimator = glue.config
+    assert estimator == BVBlendConfig() and glue == BVBlendOptions(config=estimator)
 
 
 @pytest.mark.slow
@@ -120,12 +122,14 @@ def test_companion_configs_hold_their_papers_settings(job_configs):
 
     hadw = job_configs["paper/ha_dw"]
     assert hadw.algorithm.adv_estimator == "ha_dw" and hadw.actor_rollout_ref.rollout.n == 8
-    assert ha_dw.read_options(hadw.algorithm).config == HADWConfig(lambda_scale=1.3)  # every key declared = default
-    assert set(hadw.algorithm.ha_dw) == set(ha_dw.defaults())
+    # every key declared = its default
+    assert ha_dw.HADWOptions.from_algorithm(hadw.algorithm).config == HADWConfig(lambda_scale=1.3)
+    assert set(hadw.algorithm.ha_dw) == set(ha_dw.HADWOptions.defaults())
     rloo = job_configs["paper/maxnorm_rloo"]
     assert rloo.algorithm.adv_estimator == "maxnorm_ac" and rloo.actor_rollout_ref.rollout.n == 16
-    assert maxnorm.read_options(rloo.algorithm) == MaxNormConfig(numerator="rloo", delta_res=0.01)
-    assert set(rloo.algorithm.maxnorm) == set(maxnorm.defaults())
+    rloo_options = maxnorm.MaxNormOptions.from_algorithm(rloo.algorithm)
+    assert rloo_options.config == MaxNormConfig(numerator="rloo", delta_res=0.01)
+    assert set(rloo.algorithm.maxnorm) == set(maxnorm.MaxNormOptions.defaults())
     for name, estimator in (("ntf_rfpp", "reinforce_plus_plus"), ("bv_blend_ntf", "bv_blend")):
         config = job_configs[f"paper/{name}"]
         loss = config.actor_rollout_ref.actor.policy_loss
@@ -141,8 +145,9 @@ def test_companion_configs_hold_their_papers_settings(job_configs):
 def test_the_cpu_config_extends_bv_blend_by_name(job_configs):
     """What bv_blend.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
     config = job_configs["cpu_tiny"]
-    estimator, glue = read_options(config.algorithm)
-    assert estimator == BVBlendConfig() and glue == GlueOptions()
+    glue = BVBlendOptions.from_algorithm(config.algorithm)
+    estimator = glue.config
+    assert estimator == BVBlendConfig() and glue == BVBlendOptions(config=estimator)
     assert config.actor_rollout_ref.actor.strategy == "fsdp2" and config.actor_rollout_ref.rollout.dtype == "float32"
     assert config.actor_rollout_ref.rollout.calculate_log_probs is True and config.trainer.device == "cpu"
     assert config.ray_kwargs.ray_init.num_gpus == 1

@@ -8,7 +8,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 
 from bv_blend import BVBlendConfig
-from bv_blend.verl.options import GlueOptions, read_options
+from bv_blend.verl.glue.bv_blend import BVBlendOptions
 from tests.verl._helpers import compose_config
 
 
@@ -16,8 +16,9 @@ def test_our_config_extends_verl_ppo_trainer_and_declares_every_option():
     config = compose_config()
     assert config.algorithm.adv_estimator == "bv_blend"
     assert config.actor_rollout_ref.rollout.n is not None and config.trainer.resume_mode == "auto"  # verl's keys
-    estimator, glue = read_options(config.algorithm)
-    assert estimator == BVBlendConfig() and glue == GlueOptions()  # yaml values == code defaults
+    glue = BVBlendOptions.from_algorithm(config.algorithm)
+    estimator = glue.config
+    assert estimator == BVBlendConfig() and glue == BVBlendOptions(config=estimator)  # yaml values == code defaults
 
 
 def test_overrides_need_no_plus():
@@ -29,7 +30,8 @@ def test_overrides_need_no_plus():
             "algorithm.bv_blend.weight_mode=fixed",
         ]
     )
-    estimator, glue = read_options(config.algorithm)
+    glue = BVBlendOptions.from_algorithm(config.algorithm)
+    estimator = glue.config
     assert (estimator.temperature, estimator.weight_mode, glue.num_clusters) == (0.3, "fixed", 16)
 
 
@@ -46,14 +48,15 @@ def test_verl_stock_config_with_plus_keys_uses_code_defaults():
         )
         with pytest.raises(ConfigCompositionException):  # verl's struct config: a new key needs '+'
             compose("ppo_trainer", overrides=["algorithm.bv_blend.temperature=0.2"])
-    estimator, glue = read_options(config.algorithm)
-    assert estimator == BVBlendConfig(temperature=0.2) and glue == GlueOptions(num_clusters=8)
+    glue = BVBlendOptions.from_algorithm(config.algorithm)
+    estimator = glue.config
+    assert estimator == BVBlendConfig(temperature=0.2) and glue == BVBlendOptions(config=estimator, num_clusters=8)
 
 
 def test_unknown_option_is_a_clear_error_from_our_code():
     config = compose_config(["+algorithm.bv_blend.temprature=0.3"])
     with pytest.raises(ValueError, match=r"Unknown option\(s\) algorithm.bv_blend.\{temprature\}.*glue options"):
-        read_options(config.algorithm)
+        BVBlendOptions.from_algorithm(config.algorithm)
 
 
 @pytest.mark.parametrize(
@@ -67,4 +70,4 @@ def test_unknown_option_is_a_clear_error_from_our_code():
 )
 def test_bad_values_are_clear_errors(override, match):
     with pytest.raises(ValueError, match=match):
-        read_options(compose_config([override]).algorithm)
+        BVBlendOptions.from_algorithm(compose_config([override]).algorithm)

@@ -96,7 +96,7 @@ def test_v1_compute_advantage_gets_clusters_by_uid_and_writes_core_advantages(tr
     config = compose_config([f"algorithm.bv_blend.num_clusters={K}", "actor_rollout_ref.rollout.n=4"])
     trainer = object.__new__(PPOTrainerSync)
     trainer.config = config
-    estimator = runtime.estimator_for(config.algorithm).estimator
+    estimator = runtime.estimator_for("bv_blend", config.algorithm).estimator
     seen = {}
     compute = estimator.compute_token_level
 
@@ -167,7 +167,7 @@ def test_v1_multi_output_sessions_count_once_like_verl_grpo(transfer_queue):
         torch.testing.assert_close(advantages, expected[i, : advantages.numel()], rtol=1e-5, atol=1e-5)
     assert expected.abs().sum() > 0
     # The history counted each session once: after the cold start N_k = gamma * n0 + (sessions of cluster k).
-    state = runtime.estimator_for(config.algorithm).estimator.state_dict()
+    state = runtime.estimator_for("bv_blend", config.algorithm).estimator.state_dict()
     sessions = {(row["uid"], row["session_id"], row["cluster"]) for row in rows}
     expected_count = torch.zeros(K, dtype=torch.float64)
     for _, _, cluster in sessions:
@@ -205,7 +205,7 @@ def test_v1_companion_estimators_write_their_advantages_and_metrics(transfer_que
     reference = (HADWEstimator() if estimator == "ha_dw" else MaxNormAC()).compute_token_level(
         padded(rows, "rm_scores"), padded(rows, "response_mask"), np.array([r["uid"] for r in rows], dtype=object)
     )[0]
-    assert ours == runtime._COMPANIONS[estimator][1].metrics
+    assert ours == runtime.held(estimator).estimator.metrics
     written = tq.kv_batch_get(
         keys=[r["key"] for r in rows] + list(pad_keys), partition_id=partition, select_fields=["advantages"]
     )["advantages"].unbind()
@@ -252,4 +252,4 @@ def test_v1_ha_dw_counts_each_multi_output_session_once(transfer_queue):
         torch.testing.assert_close(advantages, torch.full_like(advantages, session_value[(uid, int(session))]),
                                    rtol=1e-6, atol=1e-7)  # fmt: skip
     assert metrics["ha_dw/batch_acc"] == pytest.approx(reference.metrics["ha_dw/batch_acc"])
-    assert runtime._COMPANIONS["ha_dw"][1].history.tolist() == reference.history.tolist()
+    assert runtime.held("ha_dw").estimator.history.tolist() == reference.history.tolist()

@@ -8,41 +8,39 @@ process's estimator. It has no state, so no checkpoint file.
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from bv_blend.companions import MaxNormAC, MaxNormConfig
-from bv_blend.verl import runtime
+from bv_blend.verl import channel, runtime
 from bv_blend.verl.multi_output import outcome_advantages
-from bv_blend.verl.options import section_options
+from bv_blend.verl.options import GlueOptions, section_options
 
-ESTIMATOR_NAME = "maxnorm_ac"
-OPTIONS_NAME = "maxnorm"  # the options live under algorithm.maxnorm (the spec's name)
-SECTION = f"algorithm.{OPTIONS_NAME}"
-ESTIMATOR_KEYS = frozenset(f.name for f in dataclasses.fields(MaxNormConfig))
+NAME = "maxnorm_ac"
+SECTION = "algorithm.maxnorm"  # the options live under algorithm.maxnorm (the spec's name)
 
 
-def defaults() -> dict[str, Any]:
-    """Every ``algorithm.maxnorm`` key with its default (what ``configs/paper/maxnorm_rloo.yaml`` declares)."""
-    return MaxNormConfig().to_dict()
+@dataclass(frozen=True)
+class MaxNormOptions(GlueOptions):
+    """``algorithm.maxnorm`` read and validated (the estimator is stateless: nothing to save or reset)."""
 
+    NAME = NAME
 
-def read_options(algorithm_config: Any) -> MaxNormConfig:
-    """Validate ``algorithm.maxnorm``; absent keys take their defaults.
+    config: MaxNormConfig = field(default_factory=MaxNormConfig)
 
-    Raises:
-        ValueError: an unknown key (named, with the known ones), or an invalid value (named).
-    """
-    return MaxNormConfig.from_mapping(section_options(algorithm_config, OPTIONS_NAME))
+    @classmethod
+    def from_algorithm(cls, algorithm: Any) -> MaxNormOptions:
+        return cls(MaxNormConfig.from_mapping(section_options(algorithm, "maxnorm")))
 
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return MaxNormConfig().to_dict()
 
-def estimator_for(algorithm_config: Any) -> MaxNormAC:
-    """The process's MaxNorm-AC estimator for these options, built on first use."""
-    config = read_options(algorithm_config)
-    return runtime.process_object(ESTIMATOR_NAME, config, lambda: MaxNormAC(config))
+    def build(self) -> MaxNormAC:
+        return MaxNormAC(self.config)
 
 
 def compute_maxnorm_ac_advantage(
@@ -66,10 +64,10 @@ def compute_maxnorm_ac_advantage(
     """
     if index is None:
         raise ValueError("maxnorm_ac groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
-    estimator = estimator_for(config)
+    estimator = runtime.estimator_for(NAME, config)
     advantages = outcome_advantages(estimator.compute, token_level_rewards, response_mask, index)
-    runtime.record_metrics(estimator.metrics)
+    channel.report_metrics(estimator.metrics)
     return advantages, advantages
 
 
-__all__ = ["ESTIMATOR_NAME", "compute_maxnorm_ac_advantage", "defaults", "estimator_for", "read_options"]
+__all__ = ["MaxNormOptions", "compute_maxnorm_ac_advantage"]
