@@ -33,7 +33,7 @@ from bv_blend.blend.config import AUTO, BVBlendConfig
 from bv_blend.blend.moments import NO_CLUSTER, ClusterMoments, cluster_statistics
 from bv_blend.blend.sums import DEGENERATE, CallSums
 from bv_blend.core.groups import GroupStats, group_max, group_stats
-from bv_blend.core.options import config_mismatch
+from bv_blend.core.options import check_state_config, check_state_count, check_state_format
 from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, read_token_rows, to_tensor
 from bv_blend.core.sync import should_sync
 
@@ -327,11 +327,7 @@ class BVBlendEstimator:
                 history carries over; only the formulas applied to it change).
             allow_num_clusters_change: adopt the state's K (this estimator is resized to it).
         """
-        if state.get("format_version") != STATE_FORMAT_VERSION:
-            raise ValueError(
-                f"Unsupported BV-Blend state format {state.get('format_version')!r}; this version reads format "
-                f"{STATE_FORMAT_VERSION} only."
-            )
+        saved_config = check_state_format(state, "BV-Blend", STATE_FORMAT_VERSION)
         saved_k = state.get("num_clusters")
         if saved_k != self.num_clusters and not allow_num_clusters_change:
             raise ValueError(
@@ -339,16 +335,8 @@ class BVBlendEstimator:
                 "it was made with another codebook. Use the run's original codebook, or pass "
                 "allow_num_clusters_change=True to adopt the saved K."
             )
-        BVBlendConfig.from_mapping(state.get("config"))  # a valid config, or a clear error
-        mismatch = config_mismatch(state.get("config"), self.config.to_dict(), lambda name, value: f"{name}={value!r}")
-        if mismatch and not allow_config_change:
-            raise ValueError(
-                f"The saved BV-Blend state was made with {mismatch} in BVBlendConfig, or pass "
-                "allow_config_change=True to continue its history under the current options."
-            )
-        num_updates = state.get("num_updates")
-        if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 0:
-            raise ValueError(f"BV-Blend state 'num_updates' must be a non-negative int, got {num_updates!r}.")
+        check_state_config(saved_config, self.config, "BV-Blend", allow_config_change)
+        num_updates = check_state_count(state, "BV-Blend")
         target = self.moments
         if saved_k != self.num_clusters:
             target = ClusterMoments(saved_k, self.config.gamma, self.config.n0, self.config.v_prior)

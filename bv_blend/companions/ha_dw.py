@@ -31,6 +31,9 @@ from bv_blend.core.options import (
     check_choice,
     check_int,
     check_number,
+    check_state_config,
+    check_state_count,
+    check_state_format,
     require,
     reward_range,
 )
@@ -275,27 +278,14 @@ class HADWEstimator:
                 must still match: a window of accuracies is not a series of posteriors). A history longer than the
                 new capacity keeps its newest values.
         """
-        if not isinstance(state, Mapping) or state.get("format_version") != STATE_FORMAT_VERSION:
-            found = state.get("format_version") if isinstance(state, Mapping) else type(state).__name__
-            raise ValueError(f"Unsupported HA-DW state format {found!r}; this version reads {STATE_FORMAT_VERSION}.")
-        if not isinstance(state.get("config"), Mapping):
-            raise ValueError("HA-DW state has no 'config'; it was not written by HADWEstimator.state_dict().")
-        saved = HADWConfig.from_mapping(state["config"])
+        saved = HADWConfig.from_mapping(check_state_format(state, "HA-DW", STATE_FORMAT_VERSION))
         if saved.mode != self.config.mode:
             raise ValueError(
                 f"The saved HA-DW state is a {saved.mode!r} history but this estimator runs mode "
                 f"{self.config.mode!r}: the two keep different quantities. Resume with {SECTION}.mode={saved.mode}."
             )
-        if saved != self.config and not allow_config_change:
-            current = self.config.to_dict()
-            changed = {k: (v, current[k]) for k, v in saved.to_dict().items() if current[k] != v}
-            raise ValueError(
-                f"The saved HA-DW state was made with other options (saved, current): {changed}. Restore the "
-                "original options, or pass allow_config_change=True to keep the current ones."
-            )
-        num_updates = state.get("num_updates")
-        if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 0:
-            raise ValueError(f"HA-DW state 'num_updates' must be a non-negative int, got {num_updates!r}.")
+        check_state_config(saved.to_dict(), self.config, "HA-DW", allow_config_change)
+        num_updates = check_state_count(state, "HA-DW")
         history = state.get("history")
         if not isinstance(history, torch.Tensor) or history.dim() != 1 or not history.dtype.is_floating_point:
             got = f"{history.dtype} {tuple(history.shape)}" if isinstance(history, torch.Tensor) else history

@@ -62,6 +62,34 @@ def config_mismatch(
     return f"another config (saved, current): {changed}. To continue it exactly as it was computed, set {restore}"
 
 
+def check_state_format(state: Any, label: str, version: int) -> Mapping[str, Any]:
+    """A saved estimator state of this version's format, with its config; a clear error otherwise."""
+    if not isinstance(state, Mapping) or state.get("format_version") != version:
+        found = state.get("format_version") if isinstance(state, Mapping) else type(state).__name__
+        raise ValueError(f"Unsupported {label} state format {found!r}; this version reads format {version} only.")
+    if not isinstance(state.get("config"), Mapping):
+        raise ValueError(f"{label} state has no 'config'; it was not written by the estimator's state_dict().")
+    return state["config"]
+
+
+def check_state_config(saved: Mapping[str, Any], current: OptionsMixin, label: str, allow_change: bool) -> None:
+    """The options a state was computed with are valid and equal the current ones (unless ``allow_change``)."""
+    type(current).from_mapping(saved)  # valid options, or the config's own clear error
+    mismatch = config_mismatch(saved, current.to_dict(), lambda name, value: f"{name}={value!r}")
+    if mismatch and not allow_change:
+        raise ValueError(
+            f"The saved {label} state was made with {mismatch} in {type(current).__name__}, or pass "
+            "allow_config_change=True to continue its history under the current options."
+        )
+
+
+def check_state_count(state: Mapping[str, Any], label: str, name: str = "num_updates") -> int:
+    value = state.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{label} state {name!r} must be a non-negative int, got {value!r}.")
+    return value
+
+
 def require(condition: bool, section: str, name: str, value: Any, why: str) -> None:
     if not condition:
         raise ValueError(f"{section}.{name}={value!r} is invalid: it {why}.")
@@ -106,6 +134,9 @@ __all__ = [
     "check_choice",
     "check_int",
     "check_number",
+    "check_state_config",
+    "check_state_count",
+    "check_state_format",
     "config_changes",
     "config_mismatch",
     "is_number",
