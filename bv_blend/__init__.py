@@ -2,6 +2,7 @@
 
 from bv_blend.blend.config import BVBlendConfig
 from bv_blend.blend.estimator import BVBlendEstimator
+from bv_blend.spo import SPOConfig, SPOEstimator
 
-__all__ = ["BVBlendConfig", "BVBlendEstimator"]
+__all__ = ["BVBlendConfig", "BVBlendEstimator", "SPOConfig", "SPOEstimator"]
 __version__ = "0.1.0"

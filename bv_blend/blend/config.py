@@ -15,6 +15,7 @@ from bv_blend.core.options import OptionsMixin, check_bool, check_choice, check_
 SECTION = "algorithm.bv_blend"
 WEIGHT_MODES = ("sem", "fixed", "neff", "sigma")
 VARIANCE_FLOORS = ("prior", "none")
+HISTORY_LEVELS = ("cluster", "prompt", "prompt_and_cluster")
 AUTO = "auto"
 
 
@@ -42,6 +43,13 @@ class BVBlendConfig(OptionsMixin):
             the learning rate.
         sync_across_ranks: all-reduce the per-call sufficient statistics when torch.distributed runs
             with more than one rank.
+        history_level: whose history the baseline blends in (history_spec 3): ``cluster`` (the paper), ``prompt``
+            (each prompt's own moments; no codebook), or ``prompt_and_cluster`` (the prompt's blended over the
+            cluster's).
+        prompt_decay: rho_p, the decay of a prompt's moments per visit (never per call: a prompt comes back about once
+            an epoch); 0.875 is SPO's constant.
+        n0_prior: the effective sample size that offline prior scores are worth, at most (history_spec 4): a prompt
+            with N prior scores starts at N_p = min(N, n0_prior), a cluster at N_k = n0_prior.
     """
 
     SECTION = SECTION
@@ -58,6 +66,9 @@ class BVBlendConfig(OptionsMixin):
     variance_floor: str = "prior"
     bounded_scale_tau: float | None = None
     sync_across_ranks: bool = True
+    history_level: str = "cluster"
+    prompt_decay: float = 0.875
+    n0_prior: float = 4.0
 
     def __post_init__(self) -> None:
         for name in ("gamma", "epsilon", "temperature", "n0", "v_prior", "delta_n", "fixed_weight"):
@@ -81,6 +92,20 @@ class BVBlendConfig(OptionsMixin):
             why = "must be a finite number >= 0, or None for the unbounded scale"
             require(ok, SECTION, "bounded_scale_tau", value, why)
         check_bool(SECTION, "sync_across_ranks", self.sync_across_ranks)
+        check_choice(SECTION, "history_level", self.history_level, HISTORY_LEVELS)
+        check_number(SECTION, "prompt_decay", self.prompt_decay)
+        require(0.0 < self.prompt_decay <= 1.0, SECTION, "prompt_decay", self.prompt_decay,
+                "must be in (0, 1]: the decay per visit")  # fmt: skip
+        check_number(SECTION, "n0_prior", self.n0_prior)
+        require(self.n0_prior > 0.0, SECTION, "n0_prior", self.n0_prior, "must be > 0: prior scores count as samples")
+
+    @property
+    def uses_prompts(self) -> bool:
+        return self.history_level != "cluster"
+
+    @property
+    def uses_clusters(self) -> bool:
+        return self.history_level != "prompt"
 
 
-__all__ = ["AUTO", "SECTION", "VARIANCE_FLOORS", "WEIGHT_MODES", "BVBlendConfig"]
+__all__ = ["AUTO", "HISTORY_LEVELS", "SECTION", "VARIANCE_FLOORS", "WEIGHT_MODES", "BVBlendConfig"]

@@ -1,17 +1,19 @@
 """`BVBlendEstimator`: the BV-Blend advantage, exactly as the spec defines it (docs/estimator.md).
 
-One call, for rows i in groups g of clusters k (section numbers are the spec's):
+One call, for rows i in groups g of clusters k and prompts p (section numbers are the spec's; H3 is history_spec 3):
 
     (3)   mean_g, std_g^2 over the group's valid rows (unbiased; std_g = 0 for a single row)
     (5.8) v_k   = max(m2_k - m1_k^2, V_prior / max(N_k, delta_N))     (variance_floor="prior"; "none": no floor)
     (5.1) w_k   = exp(-SEM_k / T),  SEM_k = sqrt(v_k / max(N_k, delta_N));  w = 0 for unseen clusters or c = -1
     (5.2) b_g   = w m1_k + (1 - w) mean_g
           s_g^2 = w v_k  + (1 - w) std_g^2
+    (H3)  with a prompt level, the prompt's own moments are blended over that, with w_p from (N_p, m1_p, m2_p) as w_k:
+          b_g <- w_p m1_p + (1 - w_p) b_g,   s_g^2 <- w_p v_p + (1 - w_p) s_g^2   (history_level="prompt": no cluster)
           A_i   = (R_i - b_g) / (s_g + eps)
     (C4)  s_g  <- max(s_g, max_i |R_i - b_g|, tau)  (bounded_scale_tau=tau, companions spec 4; off by default)
     (5.8) |A_i| <= max(5, (n_g - 1) / sqrt(n_g))                         (max_abs_advantage="auto"; or a number)
     (5.5) S1_k, S2_k, n_k over the call's valid rows, all-reduced across ranks
-    (5.6, 5.7) cold start, then the EMA update of (N, m1, m2)
+    (5.6, 5.7) cold start, then the EMA update of (N, m1, m2) per cluster (every call) and per prompt (per visit)
 
 The advantages use the history of earlier calls only; the call's rewards are folded in afterwards.
 No Python loop runs over rows, groups or clusters. Tensors come in and go out, and the state is saved and synced
@@ -23,21 +25,25 @@ metrics are ``bv_blend.blend.sums``'.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from bv_blend.blend.bounded import bounded_blend_scale
 from bv_blend.blend.config import AUTO, BVBlendConfig
-from bv_blend.blend.moments import NO_CLUSTER, ClusterMoments, cluster_statistics
+from bv_blend.blend.moments import NO_CLUSTER, ClusterMoments, PromptMoments, cluster_statistics
 from bv_blend.blend.sums import DEGENERATE, CallSums
-from bv_blend.core.groups import GroupStats, group_max, group_stats
+from bv_blend.core.groups import GroupStats, group_stats
 from bv_blend.core.options import check_state_config, check_state_count, check_state_format
 from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, read_token_rows, to_tensor
-from bv_blend.core.sync import should_sync
+from bv_blend.core.sync import all_gather, should_sync
+from bv_blend.history.keys import group_prompt_keys
+from bv_blend.history.table import group_visits
 
-STATE_FORMAT_VERSION = 2
+# 3: the state holds the prompt table (history_spec 3). 2: the config holds variance_floor.
+STATE_FORMAT_VERSION = 3
 # max_abs_advantage="auto" clips a group of n rows at max(AUTO_CLIP_MIN, (n - 1) / sqrt(n)) (spec 5 step 8).
 AUTO_CLIP_MIN = 5.0
 
@@ -56,64 +62,43 @@ def group_clusters(rows: Rows, cluster_ids: torch.Tensor | np.ndarray, num_clust
     return per_group(rows, clusters.astype(np.int64, copy=False), NO_CLUSTER, "clusters")
 
 
-def bounded_blend_scale(
-    rewards: np.ndarray,
-    codes: np.ndarray,
-    baseline: np.ndarray,
-    scale: np.ndarray,
-    tau: float,
-    valid: np.ndarray | None = None,
-) -> np.ndarray:
-    """Bounded BV-Blend's scale per group (companions spec 4): s_g = max(s_BV_g, max_{i in g} |R_i - b_g|, tau).
+class History(NamedTuple):
+    """What each group takes from one history level (spec 5.1 for clusters, history_spec 3 for prompts)."""
 
-    Dividing R_i - b_g by it (plus BV-Blend's eps) gives |A| <= 1, with the ratios within a group kept.
-
-    Args:
-        rewards: (B,) rewards R_i (float64).
-        codes: (B,) int group code of each row, 0..G-1.
-        baseline: (G,) BV-Blend's blended baseline b_g.
-        scale: (G,) BV-Blend's blended scale s_g = sqrt(w v_k + (1 - w) std_g^2).
-        tau: the floor, >= 0 (MaxNorm's resolution floor; 0 for none).
-        valid: optional (B,) bool; invalid rows (padding) do not count towards the maximum.
-
-    Returns:
-        (G,) float64 bounded scales.
-    """
-    if not (np.isfinite(tau) and tau >= 0):
-        raise ValueError(f"tau={tau!r} is invalid: the scale's floor must be a finite number >= 0.")
-    baseline, scale = np.asarray(baseline, dtype=np.float64), np.asarray(scale, dtype=np.float64)
-    if baseline.shape != scale.shape or baseline.ndim != 1:
-        raise ValueError(f"baseline {baseline.shape} and scale {scale.shape} must both be (G,), one per group.")
-    deviation = np.abs(np.asarray(rewards, dtype=np.float64) - baseline[codes])
-    if valid is not None:
-        deviation = np.where(valid, deviation, 0.0)
-    return np.maximum(np.maximum(scale, group_max(deviation, codes, scale.shape[0])), tau)
+    weight: np.ndarray  # (G,) w, 0 for a group without history at this level
+    has_history: np.ndarray  # (G,) bool
+    mean: np.ndarray  # (G,) m1
+    var: np.ndarray  # (G,) v (floored)
+    floor_raised: np.ndarray  # (G,) bool: the variance floor raised v
 
 
 class Blend(NamedTuple):
-    """Spec 5.1-5.3: what each group takes from its cluster's history, and the advantage of each row."""
+    """Spec 5.1-5.3: what each group takes from its histories, and the advantage of each row."""
 
-    weight: np.ndarray  # (G,) w, 0 for a group without history
-    has_history: np.ndarray  # (G,) bool: the group's cluster was seen before this call
-    hist_var: np.ndarray  # (G,) v_k of the group's cluster (floored)
-    floor_raised: np.ndarray  # (G,) bool: the variance floor raised that v_k
+    cluster: History
+    prompt: History | None
     scale: np.ndarray  # (G,) s_g, before any bound (it counts the groups with a signal)
     advantage: np.ndarray  # (B,) A_i, 0 on invalid rows
 
 
 class BVBlendEstimator:
-    """Cluster-conditioned EMA baseline blended with the prompt-local one, weighted by its confidence.
+    """Cluster- (and prompt-) conditioned EMA baselines blended with the prompt-local one, weighted by confidence.
 
     Args:
-        num_clusters: K, the number of clusters in the codebook. Cluster ids are 0..K-1, or -1 for none.
+        num_clusters: K, the number of clusters in the codebook. Cluster ids are 0..K-1, or -1 for none. ``None`` only
+            with ``history_level="prompt"``, which needs no codebook.
         config: the parameters; defaults to ``BVBlendConfig()``.
     """
 
-    def __init__(self, num_clusters: int, config: BVBlendConfig | None = None) -> None:
+    def __init__(self, num_clusters: int | None, config: BVBlendConfig | None = None) -> None:
         self.config = config if config is not None else BVBlendConfig()
         if not isinstance(self.config, BVBlendConfig):
             raise TypeError(f"config must be a BVBlendConfig, got {type(self.config).__name__}.")
-        self.moments = ClusterMoments(num_clusters, self.config.gamma, self.config.n0, self.config.v_prior)
+        if num_clusters is None and self.config.uses_clusters:
+            raise ValueError(f"history_level={self.config.history_level} needs num_clusters (the codebook's K).")
+        cfg = self.config
+        self.moments = ClusterMoments(num_clusters or 1, cfg.gamma, cfg.n0, cfg.v_prior)
+        self.prompts = PromptMoments(cfg.prompt_decay, cfg.n0, cfg.v_prior)
         self.num_updates = 0
         self.metrics: dict[str, float] = {}
 
@@ -126,48 +111,51 @@ class BVBlendEstimator:
         self,
         rewards: torch.Tensor,
         group_ids: GroupIds,
-        cluster_ids: torch.Tensor | np.ndarray,
+        cluster_ids: torch.Tensor | np.ndarray | None = None,
         valid: torch.Tensor | np.ndarray | None = None,
+        prompt_keys: Sequence[str] | np.ndarray | None = None,
     ) -> torch.Tensor:
         """Sequence-level advantages, one per row, then fold the valid rows into the history.
 
         Args:
             rewards: (B,) float rewards R_i.
             group_ids: (B,) prompt-group ids: uid strings (a numpy object array, as verl passes them) or ints.
-            cluster_ids: (B,) integer cluster of each row's prompt, -1 for none.
+            cluster_ids: (B,) integer cluster of each row's prompt, -1 for none; not read at ``history_level=prompt``.
             valid: optional (B,) bool; False marks padding rows. Rows whose uid starts with "pad" are
                 padding too. Padding rows get advantage 0 and change no statistic.
+            prompt_keys: (B,) each row's prompt key (history_spec 1); required at the prompt levels.
 
         Returns:
             (B,) advantages on the device of ``rewards``, in its dtype promoted to at least float32 (so that a
             float16 reward cannot overflow). The state lives on the CPU.
 
         Raises:
-            ValueError: NaN or infinite rewards, cluster ids outside -1..K-1, a group mixing clusters, or
-                inputs of different lengths. The state is left exactly as it was.
+            ValueError: NaN or infinite rewards, cluster ids outside -1..K-1, a group mixing clusters or prompt keys,
+                a missing input of the history level, or inputs of different lengths. The state is left exactly as it
+                was.
         """
-        sync = should_sync(self.config.sync_across_ranks)
+        cfg = self.config
+        sync = should_sync(cfg.sync_across_ranks)
         try:
-            clusters = host_array(cluster_ids)
-            if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
-                raise ValueError(
-                    f"cluster_ids must be a 1-D integer tensor or array, got "
-                    f"{getattr(cluster_ids, 'dtype', clusters.dtype)} {clusters.shape}."
-                )
-            rows = read_rows(rewards, group_ids, valid, cluster_ids=clusters)
-            group_cluster = group_clusters(rows, clusters, self.num_clusters)
+            clusters, keys = self._level_inputs(cluster_ids, prompt_keys)
+            rows = read_rows(rewards, group_ids, valid, cluster_ids=clusters, prompt_keys=keys)
+            group_cluster = (group_clusters(rows, clusters, self.num_clusters) if clusters is not None
+                             else np.full(rows.num_groups, NO_CLUSTER))  # fmt: skip
+            group_key = group_prompt_keys(rows, keys, "BV-Blend") if keys is not None else None
         except (ValueError, TypeError):
             self._reject_together()
             raise
         if rows.codes.size == 0 and not sync:
             # An empty batch is a no-op: no history ages, and the last call's metrics are replaced.
-            self.metrics = CallSums.zeros(self.num_clusters).metrics(np.count_nonzero(self.moments.seen))
+            self.metrics = CallSums.zeros(self.num_clusters).metrics(*self._sizes())
             return to_tensor(np.zeros(0), rewards)
 
         groups = group_stats(rows)
-        blend = self._blend(rows, groups, group_cluster)
+        blend = self._blend(rows, groups, group_cluster, group_key)
         sums = self._sums(groups, group_cluster, blend)
-        self._commit(sums.all_reduce() if sync else sums)
+        sums = sums.all_reduce() if sync else sums
+        visits = self._prompt_visits(groups, group_key, sync) if group_key is not None else None
+        self._commit(sums, visits)
         return to_tensor(blend.advantage, rewards)
 
     def compute_token_level(
@@ -175,9 +163,10 @@ class BVBlendEstimator:
         token_level_rewards: torch.Tensor,
         response_mask: torch.Tensor,
         group_ids: GroupIds,
-        cluster_ids: torch.Tensor | np.ndarray,
+        cluster_ids: torch.Tensor | np.ndarray | None = None,
         valid: torch.Tensor | np.ndarray | None = None,
         source_rows: np.ndarray | None = None,
+        prompt_keys: Sequence[str] | np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask.
 
@@ -194,29 +183,67 @@ class BVBlendEstimator:
         except (ValueError, TypeError):
             self._reject_together()
             raise
-        sequence = self.compute(sequence_rewards, group_ids, cluster_ids, valid=counted)
+        sequence = self.compute(sequence_rewards, group_ids, cluster_ids, valid=counted, prompt_keys=prompt_keys)
         if source_rows is not None:
             sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
         advantages = sequence.unsqueeze(-1) * response_mask
         return advantages, advantages
 
+    def warm_start(
+        self, prompt_scores: Mapping[str, Sequence[float]], prompt_clusters: Mapping[str, int] | None = None
+    ) -> None:
+        """Start the history from offline prior scores (history_spec 4), before the first call.
+
+        At the prompt levels each prompt in ``prompt_scores`` starts with N_p = min(N, n0_prior) and the mean and mean
+        square of its scores; at the cluster levels each cluster starts from the pooled scores of its prompts
+        (``prompt_clusters``: prompt key -> cluster id) with N_k = n0_prior.
+        """
+        if self.num_updates:
+            raise ValueError("warm_start sets the history before training: this estimator has folded calls already.")
+        cfg = self.config
+        if cfg.uses_prompts:
+            keys = list(prompt_scores)
+            self.prompts.warm_start(keys, [np.asarray(prompt_scores[k], dtype=np.float64) for k in keys], cfg.n0_prior)
+        if cfg.uses_clusters and prompt_clusters:
+            pooled = np.zeros((3, self.num_clusters))
+            for key, scores in prompt_scores.items():
+                cluster = prompt_clusters.get(key)
+                if cluster is None or not 0 <= cluster < self.num_clusters:
+                    continue  # a prompt no training row has, or without a cluster: counted by the caller
+                values = np.asarray(scores, dtype=np.float64)
+                pooled[:, cluster] += (values.sum(), (values * values).sum(), values.size)
+            self.moments.warm_start(pooled, cfg.n0_prior)
+
     # ------------------------------------------------------------------------------------------------- math
-    def _blend(self, rows: Rows, groups: GroupStats, group_cluster: np.ndarray) -> Blend:
+    def _blend(self, rows: Rows, groups: GroupStats, group_cluster: np.ndarray, group_key: np.ndarray | None) -> Blend:
         cfg, moments = self.config, self.moments
 
         # (5.1) The confidence weight of each group's cluster, from the history before this call.
-        cluster_variance, floor_raised = self._history_variance()
         cluster = np.maximum(group_cluster, 0)
-        has_history = (group_cluster >= 0) & moments.seen[cluster]
-        weight = self._cluster_weights(cluster_variance)[cluster] * has_history  # w = 0 without history
-        hist_mean, hist_var = moments.mean[cluster], cluster_variance[cluster]
+        has_cluster = (group_cluster >= 0) & moments.seen[cluster]
+        variance, raised = self._floored(moments.variance(), moments.count)
+        weight = self._weights(variance, moments.count)[cluster] * has_cluster  # w = 0 without history
+        hist_mean, hist_var = moments.mean[cluster], variance[cluster]
+        by_cluster = History(weight, has_cluster, hist_mean, hist_var, raised[cluster] & has_cluster)
 
-        # (5.2) Blend baseline and variance; standardise.
-        local_weight = 1.0 - weight
-        baseline = weight * hist_mean + local_weight * groups.mean
-        scale = np.sqrt(weight * hist_var + local_weight * groups.var)
+        # (5.2) Blend baseline and variance.
+        baseline = weight * by_cluster.mean + (1.0 - weight) * groups.mean
+        scale_sq = weight * by_cluster.var + (1.0 - weight) * groups.var
+
+        # (H3) The prompt's own history, blended over that (from the state before this call, per visit).
+        by_prompt = None
+        if group_key is not None:
+            count, mean, second, seen = self.prompts.lookup(group_key)
+            prompt_var, prompt_raised = self._floored(np.maximum(second - mean * mean, 0.0), count)
+            prompt_weight = self._weights(prompt_var, count) * seen
+            by_prompt = History(prompt_weight, seen, mean, prompt_var, prompt_raised & seen)
+            baseline = prompt_weight * mean + (1.0 - prompt_weight) * baseline
+            scale_sq = prompt_weight * prompt_var + (1.0 - prompt_weight) * scale_sq
+
+        # Standardise; (C4) bounded BV-Blend: |A| <= 1.
+        scale = np.sqrt(scale_sq)
         divisor = scale
-        if cfg.bounded_scale_tau is not None:  # (companions spec 4) bounded BV-Blend: |A| <= 1
+        if cfg.bounded_scale_tau is not None:
             divisor = bounded_blend_scale(rows.reward, rows.codes, baseline, scale, cfg.bounded_scale_tau, rows.valid)
         advantage = (rows.reward - baseline[rows.codes]) / (divisor[rows.codes] + cfg.epsilon)
 
@@ -225,20 +252,31 @@ class BVBlendEstimator:
         if bound is not None:
             advantage = np.clip(advantage, -bound, bound)
         advantage = np.where(rows.valid, advantage, 0.0)
-        return Blend(weight, has_history, hist_var, floor_raised[cluster] & has_history, scale, advantage)
+        return Blend(by_cluster, by_prompt, scale, advantage)
 
-    def _history_variance(self) -> tuple[np.ndarray, np.ndarray]:
-        """(4, 5.8) v_k per cluster, and where the variance floor raised it.
+    def _floored(self, variance: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(4, 5.8) v per cluster or prompt, and where the variance floor raised it.
 
-        With ``variance_floor="prior"`` a cluster cannot look more certain than N_k samples of the prior variance
-        allow: v_k = max(m2_k - m1_k^2, V_prior / max(N_k, delta_N)).
+        With ``variance_floor="prior"`` a history cannot look more certain than N samples of the prior variance
+        allow: v = max(m2 - m1^2, V_prior / max(N, delta_N)).
         """
-        cfg, moments = self.config, self.moments
-        variance = moments.variance()
+        cfg = self.config
         if cfg.variance_floor == "none":
             return variance, np.zeros(variance.shape, dtype=bool)
-        floor = cfg.v_prior / np.maximum(moments.count, cfg.delta_n)
+        floor = cfg.v_prior / np.maximum(count, cfg.delta_n)
         return np.maximum(variance, floor), variance < floor
+
+    def _weights(self, variance: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """w of the configured weight mode (spec 5.1), before masking histories that were never seen."""
+        cfg = self.config
+        floored_count = np.maximum(count, cfg.delta_n)
+        if cfg.weight_mode == "sem":
+            return np.exp(-np.sqrt(variance / floored_count) / cfg.temperature)
+        if cfg.weight_mode == "neff":
+            return np.exp(-np.sqrt(cfg.v_prior / floored_count) / cfg.temperature)
+        if cfg.weight_mode == "sigma":
+            return np.exp(-np.sqrt(variance) / cfg.temperature)
+        return np.full_like(count, cfg.fixed_weight)
 
     def _advantage_bound(self, rows: Rows, groups: GroupStats) -> np.ndarray | float | None:
         """(5.8) The largest |A| allowed, per row for ``"auto"``: max(5, (n_g - 1) / sqrt(n_g)), the largest |A|
@@ -249,38 +287,62 @@ class BVBlendEstimator:
         count = groups.count
         return np.maximum(AUTO_CLIP_MIN, (count - 1.0) / np.sqrt(np.maximum(count, 1.0)))[rows.codes]
 
-    def _cluster_weights(self, cluster_variance: np.ndarray) -> np.ndarray:
-        """w_k of the configured weight mode (spec 5.1) for every cluster, before masking unseen ones."""
-        cfg, count = self.config, self.moments.count
-        floored_count = np.maximum(count, cfg.delta_n)
-        if cfg.weight_mode == "sem":
-            return np.exp(-np.sqrt(cluster_variance / floored_count) / cfg.temperature)
-        if cfg.weight_mode == "neff":
-            return np.exp(-np.sqrt(cfg.v_prior / floored_count) / cfg.temperature)
-        if cfg.weight_mode == "sigma":
-            return np.exp(-np.sqrt(cluster_variance) / cfg.temperature)
-        return np.full_like(count, cfg.fixed_weight)
-
     # ----------------------------------------------------------------------------------- sums and commit
+    def _level_inputs(self, cluster_ids: Any, prompt_keys: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The per-row inputs the history level reads, checked: cluster ids (not at ``prompt``) and prompt keys."""
+        cfg, clusters, keys = self.config, None, None
+        if cfg.uses_clusters:
+            if cluster_ids is None:
+                raise ValueError(f"history_level={cfg.history_level} needs cluster_ids (each row's prompt's cluster).")
+            clusters = host_array(cluster_ids)
+            if clusters.ndim != 1 or clusters.dtype.kind not in "iu":
+                raise ValueError(
+                    f"cluster_ids must be a 1-D integer tensor or array, got "
+                    f"{getattr(cluster_ids, 'dtype', clusters.dtype)} {clusters.shape}."
+                )
+        if cfg.uses_prompts:
+            if prompt_keys is None:
+                raise ValueError(
+                    f"history_level={cfg.history_level} needs prompt_keys (each row's prompt key, history_spec 1; "
+                    "in verl the trainer hooks pass them). Pass them, or use history_level=cluster."
+                )
+            keys = np.asarray(prompt_keys, dtype=object)
+        return clusters, keys
+
     def _sums(self, groups: GroupStats, group_cluster: np.ndarray, blend: Blend) -> CallSums:
         """(5.5) The call's per-cluster statistics, and the counts behind its metrics (spec 7)."""
-        abs_advantage = np.abs(blend.advantage)
+        abs_advantage, by_cluster, by_prompt = np.abs(blend.advantage), blend.cluster, blend.prompt
         group_sums = (groups.total, groups.total_sq, groups.count)
+        present = groups.count > 0
         return CallSums(
             cluster_stats=cluster_statistics(group_cluster, group_sums, self.num_clusters),
-            groups=np.count_nonzero(groups.count),
+            groups=np.count_nonzero(present),
             effective_groups=np.count_nonzero(blend.scale > DEGENERATE),
             grpo_signal_groups=np.count_nonzero(groups.var > DEGENERATE**2),
-            history_groups=np.count_nonzero(blend.has_history),
-            floor_active_groups=np.count_nonzero(blend.floor_raised),
-            weight_sum=blend.weight.sum(),
-            hist_var_sum=(blend.hist_var * blend.has_history).sum(),
+            history_groups=np.count_nonzero(by_cluster.has_history),
+            floor_active_groups=np.count_nonzero(by_cluster.floor_raised),
+            weight_sum=by_cluster.weight.sum(),
+            hist_var_sum=(by_cluster.var * by_cluster.has_history).sum(),
+            prompt_history_groups=0 if by_prompt is None else np.count_nonzero(by_prompt.has_history & present),
+            prompt_weight_sum=0.0 if by_prompt is None else (by_prompt.weight * present).sum(),
             rows=groups.count.sum(),
             nonzero_rows=np.count_nonzero(abs_advantage > DEGENERATE),
             abs_advantage_max=abs_advantage.max() if abs_advantage.size else 0.0,
         )
 
-    def _commit(self, sums: CallSums) -> None:
+    def _prompt_visits(self, groups: GroupStats, group_key: np.ndarray, sync: bool) -> tuple[list[str], np.ndarray]:
+        """(H3) The call's visits, one per prompt key: the keys and their (3, n) sums S1, S2, n (all ranks')."""
+        present = groups.count > 0
+        sums = (groups.total[present], groups.total_sq[present], groups.count[present])
+        keys, stats, _ = group_visits(group_key[present], sums)
+        if sync:  # every rank ends the call with the same prompt table
+            gathered = all_gather((keys, stats.tolist()))
+            all_keys = np.array([key for part, _ in gathered for key in part], dtype=object)
+            all_stats = np.concatenate([np.asarray(values).reshape(3, -1) for _, values in gathered], axis=1)
+            keys, stats, _ = group_visits(all_keys, tuple(all_stats))
+        return keys, stats
+
+    def _commit(self, sums: CallSums, visits: tuple[list[str], np.ndarray] | None) -> None:
         """(5.6, 5.7) Fold the call into the history and keep its metrics, unless a rank failed or it overflows."""
         if sums.failed:
             raise ValueError(
@@ -293,8 +355,14 @@ class BVBlendEstimator:
         # Every call with a valid row ages every cluster; an empty call, or one of only padding rows, is a no-op.
         if sums.rows > 0:
             self.moments.fold(sums.cluster_stats)
+            if visits is not None and visits[0]:
+                self.prompts.table.commit(visits[0], self.prompts.visited(*visits))
             self.num_updates += 1
-        self.metrics = sums.metrics(np.count_nonzero(self.moments.seen))
+        self.metrics = sums.metrics(*self._sizes())
+
+    def _sizes(self) -> tuple[int, int | None]:
+        """Clusters seen, and prompts tracked (``None`` at the cluster level: no prompt metrics)."""
+        return np.count_nonzero(self.moments.seen), len(self.prompts) if self.config.uses_prompts else None
 
     def _reject_together(self) -> None:
         """On a rank whose input was rejected: join the call's collectives with a failure flag, if ranks sync, so
@@ -311,6 +379,7 @@ class BVBlendEstimator:
             "config": self.config.to_dict(),
             "num_updates": self.num_updates,
             **self.moments.state_dict(),
+            "prompts": self.prompts.state_dict(),
         }
 
     def load_state_dict(
@@ -337,10 +406,15 @@ class BVBlendEstimator:
             )
         check_state_config(saved_config, self.config, "BV-Blend", allow_config_change)
         num_updates = check_state_count(state, "BV-Blend")
+        prompts = state.get("prompts")
+        if not isinstance(prompts, Mapping):
+            raise ValueError("BV-Blend state has no 'prompts' table; it was not written by BVBlendEstimator.")
+        prompt_keys, prompt_values = self.prompts.validated(prompts)
         target = self.moments
         if saved_k != self.num_clusters:
             target = ClusterMoments(saved_k, self.config.gamma, self.config.n0, self.config.v_prior)
         target.load_state_dict(state)  # validates shapes and values first, then assigns
+        self.prompts.table.load(prompt_keys, prompt_values)
         self.moments, self.num_updates = target, num_updates
 
 

@@ -1,4 +1,4 @@
-"""Per-cluster EMA reward moments: the estimator's only state (spec sections 4, 5.5-5.7).
+"""EMA reward moments per cluster (spec sections 4, 5.5-5.7) and per prompt (history_spec 3): BV-Blend's state.
 
 Like a torchmetrics ``Metric``, the state is a few dense vectors, and a call folds a batch into them
 through *sufficient statistics* that reduce by addition: per cluster k, S1_k = sum R, S2_k = sum R^2 and
@@ -15,11 +15,13 @@ statistics' memory (why numpy: docs/estimator.md, "Speed").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+
+from bv_blend.history.table import PromptTable
 
 NO_CLUSTER = -1
 STATE_DTYPE = torch.float64
@@ -41,6 +43,37 @@ def cluster_statistics(
     for row, sums in enumerate(group_sums):  # S1, S2, n: three statistics, not a loop over data
         stats[row] = np.bincount(slots, weights=sums, minlength=num_clusters + 1)[1:]
     return stats
+
+
+def folded(
+    moments: tuple[np.ndarray, np.ndarray, np.ndarray],
+    seen: np.ndarray,
+    stats: np.ndarray,
+    decay: float,
+    n0: float,
+    v_prior: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N, m1, m2) after folding in (3, n) sufficient statistics: cold start where unseen, then the EMA.
+
+    Cold start (spec 5.6): a cluster (or prompt) seen for the first time starts from the batch mean with a prior
+    variance, worth n0 samples, so that one lucky batch cannot make it look certain. Then (spec 5.7)
+    N' = decay N + n, m1' = (decay N m1 + S1) / N', m2' = (decay N m2 + S2) / N'; where N' = 0 (never seen) the zeros
+    stay.
+    """
+    count, mean, second_moment = moments
+    batch_sum, batch_sum_sq, batch_count = stats[SUM], stats[SUM_SQ], stats[COUNT]
+    first_sighting = ~seen & (batch_count > 0)
+    if first_sighting.any():  # rare once every cluster has been seen
+        first_mean = batch_sum / np.maximum(batch_count, 1.0)
+        count = np.where(first_sighting, n0, count)
+        mean = np.where(first_sighting, first_mean, mean)
+        second_moment = np.where(first_sighting, first_mean * first_mean + v_prior, second_moment)
+    decayed = decay * count
+    new_count = decayed + batch_count
+    has_mass = new_count > 0
+    new_mean = np.divide(decayed * mean + batch_sum, new_count, out=mean.copy(), where=has_mass)
+    new_second = np.divide(decayed * second_moment + batch_sum_sq, new_count, out=second_moment.copy(), where=has_mass)
+    return new_count, new_mean, new_second
 
 
 class ClusterMoments:
@@ -72,32 +105,23 @@ class ClusterMoments:
     def fold(self, stats: np.ndarray) -> None:
         """Fold one call's (3, K) sufficient statistics into the state: cold start, then EMA (spec 5.6-5.7).
 
-        New arrays replace the old ones (nothing is written in place), so an array a caller holds never
-        changes under it.
+        Dense: every cluster ages by gamma; an absent one keeps its moments and loses weight. New arrays replace the
+        old ones (nothing is written in place), so an array a caller holds never changes under it.
         """
-        batch_sum, batch_sum_sq, batch_count = stats[SUM], stats[SUM_SQ], stats[COUNT]
-
-        # Cold start: a cluster seen for the first time starts from the batch mean with a prior variance,
-        # worth n0 samples, so that one lucky batch cannot make it look certain.
-        count, mean, second_moment = self.count, self.mean, self.second_moment
-        first_sighting = ~self.seen & (batch_count > 0)
-        if first_sighting.any():  # rare once every cluster has been seen
-            first_mean = batch_sum / np.maximum(batch_count, 1.0)
-            count = np.where(first_sighting, self.n0, count)
-            mean = np.where(first_sighting, first_mean, mean)
-            second_moment = np.where(first_sighting, first_mean * first_mean + self.v_prior, second_moment)
-            self.seen = self.seen | first_sighting
-
-        # Dense EMA: every cluster ages by gamma; an absent one keeps its moments and loses weight. A cluster
-        # never seen has no mass at all and keeps its zeros.
-        decayed = self.gamma * count
-        new_count = decayed + batch_count
-        has_mass = new_count > 0
-        self.mean = np.divide(decayed * mean + batch_sum, new_count, out=mean.copy(), where=has_mass)
-        self.second_moment = np.divide(
-            decayed * second_moment + batch_sum_sq, new_count, out=second_moment.copy(), where=has_mass
+        self.count, self.mean, self.second_moment = folded(
+            (self.count, self.mean, self.second_moment), self.seen, stats, self.gamma, self.n0, self.v_prior
         )
-        self.count = new_count
+        self.seen = self.seen | (stats[COUNT] > 0)
+
+    def warm_start(self, pooled: np.ndarray, n0_prior: float) -> None:
+        """Start each cluster with pooled prior scores (history_spec 4): N_k = n0_prior, m1_k and m2_k the pooled mean
+        and mean square. ``pooled`` is (3, K) sums S1, S2, n of the scores of the cluster's prompts."""
+        has = pooled[COUNT] > 0
+        count = np.maximum(pooled[COUNT], 1.0)
+        self.count = np.where(has, n0_prior, self.count)
+        self.mean = np.where(has, pooled[SUM] / count, self.mean)
+        self.second_moment = np.where(has, pooled[SUM_SQ] / count, self.second_moment)
+        self.seen = self.seen | has
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The state as plain CPU tensors (copies), float64 and bool."""
@@ -131,3 +155,51 @@ class ClusterMoments:
         clean = self.validate_state(state)
         for name, value in clean.items():
             setattr(self, name, value)
+
+
+class PromptMoments:
+    """BV-Blend's prompt level (history_spec 3): (N_p, m1_p, m2_p) per prompt key, for the prompts seen so far.
+
+    They update once per visit, never once per call: a prompt comes back about once an epoch, and an EMA that aged
+    every call would have forgotten it by then. A prompt in the table is *seen*; the cold start is a cluster's.
+
+    Args:
+        decay: rho_p, the decay per visit.
+        n0: effective sample size at a prompt's first visit.
+        v_prior: variance at a prompt's first visit.
+    """
+
+    COLUMNS = ("count", "mean", "second_moment")
+
+    def __init__(self, decay: float, n0: float, v_prior: float) -> None:
+        self.decay, self.n0, self.v_prior = decay, n0, v_prior
+        self.table = PromptTable(self.COLUMNS, "BV-Blend prompt")
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def lookup(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(N, m1, m2, seen) of each key before this call; zeros and False for a prompt never seen."""
+        rows = self.table.rows_of(keys)
+        count, mean, second = (self.table.column(name, rows, 0.0) for name in self.COLUMNS)
+        return count, mean, second, rows >= 0
+
+    def visited(self, keys: Sequence[str], stats: np.ndarray) -> np.ndarray:
+        """The (3, n) new (N, m1, m2) of the visited ``keys`` (distinct), from their (3, n) sums S1, S2, n."""
+        count, mean, second, seen = self.lookup(keys)
+        return np.stack(folded((count, mean, second), seen, stats, self.decay, self.n0, self.v_prior))
+
+    def warm_start(self, keys: Sequence[str], scores: Sequence[np.ndarray], n0_prior: float) -> None:
+        """Start prompts from prior scores (history_spec 4): N_p = min(N, n0_prior), m1_p and m2_p their mean and
+        mean square."""
+        values = np.array([[min(len(s), n0_prior), float(np.mean(s)), float(np.mean(np.square(s)))] for s in scores])
+        self.table.commit(list(keys), values.T.reshape(3, -1))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.table.state_dict()
+
+    def validated(self, state: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
+        keys, values = self.table.validated(state)
+        if (values[0] < 0).any():
+            raise ValueError("BV-Blend prompt state holds negative sample sizes; the file is corrupt.")
+        return keys, values

@@ -33,6 +33,8 @@ class CallSums:
         floor_active_groups: groups with history whose v_k the variance floor raised.
         weight_sum: sum of the groups' weights w.
         hist_var_sum: sum of v_k (floored) over the groups with history.
+        prompt_history_groups: groups whose prompt has history (history_spec 3; 0 at the cluster level).
+        prompt_weight_sum: sum of the groups' prompt weights w_p.
         rows: valid rows.
         nonzero_rows: rows with |A| > DEGENERATE.
         abs_advantage_max: the largest |A| (reduced by max).
@@ -47,6 +49,8 @@ class CallSums:
     floor_active_groups: float
     weight_sum: float
     hist_var_sum: float
+    prompt_history_groups: float
+    prompt_weight_sum: float
     rows: float
     nonzero_rows: float
     abs_advantage_max: float = field(default=0.0, metadata={"reduce": "max"})
@@ -79,10 +83,15 @@ class CallSums:
             **dict(zip(maxed, peaks, strict=True)),
         )
 
-    def metrics(self, clusters_seen: int) -> dict[str, float]:
-        """The ``bv_blend/*`` metrics of spec section 7, as plain floats."""
+    def metrics(self, clusters_seen: int, prompts_tracked: int | None = None) -> dict[str, float]:
+        """The ``bv_blend/*`` metrics of spec section 7 (and history_spec 3 with ``prompts_tracked``), as floats."""
         groups, rows, history = max(float(self.groups), 1.0), max(float(self.rows), 1.0), float(self.history_groups)
-        return {
+        prompt_level = {} if prompts_tracked is None else {
+            "bv_blend/prompt_weight_mean": float(self.prompt_weight_sum) / groups,
+            "bv_blend/prompt_seen_ratio": float(self.prompt_history_groups) / groups,
+            "bv_blend/prompts_tracked": float(prompts_tracked),
+        }  # fmt: skip
+        return prompt_level | {
             "bv_blend/effective_signal_ratio": float(self.effective_groups) / groups,
             "bv_blend/grpo_signal_ratio": float(self.grpo_signal_groups) / groups,
             "bv_blend/zero_variance_group_ratio": float(self.groups - self.grpo_signal_groups) / groups,

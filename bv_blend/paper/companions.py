@@ -1,4 +1,5 @@
-"""The comparison configs of the companion methods (configs/paper/<name>.yaml; docs/companions.md, Configs).
+"""The comparison configs of the companion methods and of the history family (SPO, BV-Blend's prompt level):
+configs/paper/<name>.yaml (docs/companions.md and docs/spo.md, Configs).
 
 Each inherits the paper's main run and changes only the keys listed here: the estimator (and its declared options),
 the rollouts per prompt with the batch sizes that keep the main run's 128 trajectories per step, and the policy loss.
@@ -14,20 +15,27 @@ BUDGET = frozenset(
 NTF_LOSS = frozenset(
     f"actor_rollout_ref.actor.policy_loss.{key}" for key in ("_target_", "loss_mode", "ntf_keep_ratio")
 )
-HA_DW_OPTIONS = frozenset(
-    f"algorithm.ha_dw.{key}"
-    for key in ("lambda_scale", "mode", "window", "eta", "eta_min", "belief_window", "anchor", "reward_range",
-                "epsilon", "allow_state_reset")
-)  # fmt: skip
-MAXNORM_OPTIONS = frozenset(
-    f"algorithm.maxnorm.{key}" for key in ("numerator", "delta_res", "tau_res", "reward_range", "skip_zero_gap")
-)
+
+
+def section_keys(estimator: str) -> frozenset[str]:
+    """Every option of an estimator's section, dotted (``algorithm.ha_dw.lambda_scale``, ...), from its record."""
+    from bv_blend.verl.records import BY_NAME
+
+    record = BY_NAME[estimator]
+    return frozenset(f"{record.option_section}.{key}" for key in record.options_class().defaults())
+
 
 # name -> (what it is, the dotted keys it may change relative to the main run)
 COMPANION_COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
-    "ha_dw": ("HA-DW, lambda 1.3, window anchor (arXiv 2601.08521)", ESTIMATOR | HA_DW_OPTIONS),
-    "maxnorm_rloo": ("MaxNorm-RLOO with the RRP, G = 16 (arXiv 2609.19164)", ESTIMATOR | BUDGET | MAXNORM_OPTIONS),
+    "ha_dw": ("HA-DW, lambda 1.3, window anchor (arXiv 2601.08521)", ESTIMATOR | section_keys("ha_dw")),
+    "maxnorm_rloo": ("MaxNorm-RLOO with the RRP, G = 16 (arXiv 2609.19164)",
+                     ESTIMATOR | BUDGET | section_keys("maxnorm_ac")),
     "ntf_rfpp": ("REINFORCE++ at one rollout with negative token filtering (arXiv 2606.17250)",
                  ESTIMATOR | BUDGET | NTF_LOSS),
     "bv_blend_ntf": ("BV-Blend at one rollout with negative token filtering", BUDGET | NTF_LOSS),
+    "spo": ("SPO at one rollout, 128 prompts (arXiv 2509.13232)", ESTIMATOR | BUDGET | section_keys("spo")),
+    "bv_blend_n2": ("BV-Blend at two rollouts, 64 prompts, prompt_and_cluster history",
+                    BUDGET | {"algorithm.bv_blend.history_level"}),
+    "bv_blend_n2_priors": ("bv_blend_n2 started from offline priors",
+                           BUDGET | {"algorithm.bv_blend.history_level", "algorithm.bv_blend.prior_file"}),
 }  # fmt: skip

@@ -100,7 +100,8 @@ def check_run(config: Any, legacy: bool = False) -> None:
     if record is not None or ntf:
         runtime.raise_hook_errors()
     if record is not None:
-        runtime.process_for(record.name, config.algorithm)  # bad options fail here, not at step 1
+        process = runtime.process_for(record.name, config.algorithm)  # bad options fail here, not at step 1
+        process.options.prepare(process.estimator, config)
     algorithm = config_get(config, "algorithm")
     requested = {r.name: requested_options(algorithm, r.section, r.options_class().defaults()) for r in RECORDS}
     _check_stack(algorithm, requested)
@@ -124,7 +125,9 @@ def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tupl
     estimator = str(config_get(algorithm, "adv_estimator"))
     why: list[str] = []
     filter_groups = bool(config_get(config_get(algorithm, "filter_groups"), "enable"))
-    zero_gap_filter = estimator == "bv_blend" and filter_groups
+    # DAPO's filter drops the zero-variance groups: for an estimator that refuses the zero-gap skip, it is that skip.
+    record = record_for(estimator)
+    zero_gap_filter = filter_groups and record is not None and SKIP_ZERO_GAP in record.refuses
     if zero_gap_filter:
         why.append(
             "algorithm.filter_groups.enable=true evicts every zero-variance group, which is the zero-gap skip "

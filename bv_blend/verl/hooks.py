@@ -34,9 +34,9 @@ from bv_blend.verl.channel import advantage_step, current_step
 from bv_blend.verl.multi_output import final_output_rows
 from bv_blend.verl.options import selected_record
 from bv_blend.verl.patching import wrap
-from bv_blend.verl.records import CLUSTER_IDS, record_for
+from bv_blend.verl.records import CLUSTER_IDS, PROMPT_KEYS, record_for
 
-# What on-the-fly assignment reads besides extra_info: the dataset's prompt (or the built chat messages).
+# What on-the-fly assignment and prompt keys read besides extra_info: the dataset's prompt (or the chat messages).
 TEXT_FIELDS = ("prompt", "raw_prompt")
 # Where the legacy trainer's batch carries the estimator's metrics from compute_advantage to compute_data_metrics.
 METRICS_KEY = "bv_blend_metrics"
@@ -89,10 +89,12 @@ def _install_trainer_hooks(trainer_cls: type, legacy: bool) -> None:
 
 def _fields_needed(process: runtime.Process) -> tuple[str, ...]:
     """The per-row fields the step's inputs are read from (none for an estimator that needs no input)."""
-    if not process.options.inputs():
+    inputs = process.options.inputs()
+    if not inputs:
         return ()
     assign = getattr(process.options, "on_missing_cluster", None) == "assign"
-    return ("uid", "extra_info", *(TEXT_FIELDS if assign else ()))
+    text = assign or PROMPT_KEYS in inputs
+    return ("uid", "extra_info", *(TEXT_FIELDS if text else ()))
 
 
 def _step_inputs(process: runtime.Process, columns: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +106,10 @@ def _step_inputs(process: runtime.Process, columns: dict[str, Any]) -> dict[str,
         inputs["cluster_map"] = build_cluster_map(
             process.estimator, columns["uid"], columns.get("extra_info"), _row_reader(columns)
         )
+    if PROMPT_KEYS in process.options.inputs():
+        from bv_blend.verl.prompt_keys import build_prompt_keys
+
+        inputs["prompt_keys"] = build_prompt_keys(columns, process.options.prompt_key_field)
     return inputs
 
 

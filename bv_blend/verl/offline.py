@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 import bv_blend.verl.plugin  # noqa: F401  (registers our estimators when verl's core_algos is imported)
 from bv_blend.verl import runtime
 from bv_blend.verl.channel import advantage_step
-from bv_blend.verl.records import CLUSTER_IDS, record_for
+from bv_blend.verl.records import CLUSTER_IDS, PROMPT_KEYS, record_for
 
 
 def _core_algos() -> Any:
@@ -62,13 +62,12 @@ def reset_history(adv_estimator: str) -> None:
         runtime.reset(adv_estimator)
 
 
-def needs_clusters(adv_estimator: str, algorithm: DictConfig | None = None) -> bool:
-    """Whether ``adv_estimator`` (with these options) needs each prompt's cluster id."""
+def needed_inputs(adv_estimator: str, algorithm: DictConfig | None = None) -> frozenset[str]:
+    """The per-batch inputs ``adv_estimator`` (with these options) needs: ``records.CLUSTER_IDS``, ``PROMPT_KEYS``."""
     record = record_for(adv_estimator)
     if record is None:
-        return False
-    inputs = record.inputs if algorithm is None else runtime.process_for(record.name, algorithm).options.inputs()
-    return CLUSTER_IDS in inputs
+        return frozenset()
+    return record.inputs if algorithm is None else runtime.process_for(record.name, algorithm).options.inputs()
 
 
 def compute_advantages(
@@ -78,6 +77,7 @@ def compute_advantages(
     algorithm: DictConfig,
     cluster_ids: np.ndarray | None = None,
     metrics: dict[str, float] | None = None,
+    prompt_keys: np.ndarray | None = None,
 ) -> torch.Tensor:
     """Advantages (B, T) from verl's registered estimator ``algorithm.adv_estimator``, as verl's trainer calls it.
 
@@ -88,6 +88,7 @@ def compute_advantages(
         algorithm: verl's ``config.algorithm`` node (see :func:`algorithm_config`).
         cluster_ids: (B,) cluster id of each row's prompt; required by estimators that need clusters.
         metrics: if given, receives the metrics the estimator reported in this call.
+        prompt_keys: (B,) each row's prompt key (history_spec 1); required by estimators with a prompt history.
     """
     name = str(algorithm.adv_estimator)
     core_algos = _core_algos()
@@ -103,20 +104,35 @@ def compute_advantages(
     # verl passes non_tensor_batch["uid"] as index whenever the batch has one, as it always does
     kwargs = {"token_level_rewards": token_level_rewards, "response_mask": response_mask, "config": algorithm}
     inputs: dict[str, Any] = {}
-    if needs_clusters(name, algorithm):
+    needed = needed_inputs(name, algorithm)
+    if CLUSTER_IDS in needed:
         if cluster_ids is None:
             raise ValueError(f"adv_estimator={name} needs each row's cluster id: pass cluster_ids (one per row).")
-        inputs["cluster_map"] = _uid_to_cluster(uids, cluster_ids)
+        inputs["cluster_map"] = _per_uid(uids, cluster_ids, "cluster ids")
+    if PROMPT_KEYS in needed:
+        if prompt_keys is None:
+            raise ValueError(f"adv_estimator={name} needs each row's prompt key: pass prompt_keys (one per row).")
+        inputs["prompt_keys"] = _per_uid(uids, prompt_keys, "prompt keys")
     with advantage_step(**inputs) as step:
         advantages, _ = estimator(index=uids, **kwargs)
     if metrics is not None:
         metrics.update(step.metrics)
     return advantages
-def _uid_to_cluster(uids: np.ndarray, cluster_ids: np.ndarray) -> dict[str, int]:
-    if len(uids) != len(cluster_ids):
-        raise ValueError(f"uids ({len(uids)}) and cluster_ids ({len(cluster_ids)}) need one entry per row each.")
-    mapping: dict[str, int] = {}
-    for uid, cluster in zip(uids.tolist(), np.asarray(cluster_ids).tolist(), strict=True):
-        if mapping.setdefault(str(uid), int(cluster)) != int(cluster):
-            raise ValueError(f"Rows of prompt uid {uid} carry different cluster ids: one prompt has one cluster.")
+def success_estimates(
+    algorithm: DictConfig, prompt_keys: np.ndarray, cluster_ids: np.ndarray | None = None
+) -> np.ndarray:
+    """Each prompt's estimated success rate p^ by the sampler's rule (history_spec 5), from the history that the
+    process's estimator ``algorithm.adv_estimator`` holds (empty before its first call)."""
+    from bv_blend.verl.sampler import success_estimates as estimate
+
+    return estimate(algorithm, np.asarray(prompt_keys, dtype=object), cluster_ids)
+
+
+def _per_uid(uids: np.ndarray, values: np.ndarray, what: str) -> dict[str, Any]:
+    if len(uids) != len(values):
+        raise ValueError(f"uids ({len(uids)}) and {what} ({len(values)}) need one entry per row each.")
+    mapping: dict[str, Any] = {}
+    for uid, value in zip(uids.tolist(), np.asarray(values).tolist(), strict=True):
+        if mapping.setdefault(str(uid), value) != value:
+            raise ValueError(f"Rows of prompt uid {uid} carry different {what}: one prompt has one of each.")
     return mapping

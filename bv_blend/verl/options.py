@@ -50,6 +50,9 @@ class GlueOptions:
         """The process's estimator for these options (with an empty history)."""
         raise NotImplementedError
 
+    def prepare(self, built: Any, config: Any) -> None:
+        """At trainer start, with the full trainer config: what needs more than the options (no-op by default)."""
+
     def inputs(self) -> frozenset[str]:
         """The per-batch inputs this run needs from the trainer hooks (``records.CLUSTER_IDS`` ...)."""
         return self.record().inputs

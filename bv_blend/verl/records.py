@@ -51,6 +51,9 @@ class EstimatorRecord:
         refuses: part -> why it is refused on this estimator (the reason and the fix, shown at trainer start).
         options_elsewhere_refused: its options, set while another estimator runs, are an error (they would be
             ignored); false where configs declare the section for every run (BV-Blend's paper comparisons).
+        success_estimates: ``"module:function"`` giving each prompt's estimated success rate from its history
+            (``(process, keys, cluster_ids) -> p^``), for the prompt sampler; ``None`` for an estimator without a
+            per-prompt or per-cluster history, which the sampler refuses.
     """
 
     name: str
@@ -64,6 +67,7 @@ class EstimatorRecord:
     hosts: frozenset[str] = frozenset()
     refuses: Mapping[str, str] = field(default_factory=dict)
     options_elsewhere_refused: bool = True
+    success_estimates: str | None = None
 
     @property
     def option_section(self) -> str:
@@ -93,7 +97,7 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         options="bv_blend.verl.glue.bv_blend:BVBlendOptions",
         section="bv_blend",
         state_file="bv_blend_state.pt",
-        inputs=frozenset({CLUSTER_IDS}),
+        inputs=frozenset({CLUSTER_IDS, PROMPT_KEYS}),
         metrics_prefix="bv_blend/",
         hosts=frozenset({BOUNDED_SCALE, REWARD_BINNING}),
         refuses={
@@ -107,6 +111,23 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         },
         # The paper's comparison configs (paper/grpo, ...) inherit the main run's algorithm.bv_blend section.
         options_elsewhere_refused=False,
+        success_estimates="bv_blend.verl.glue.bv_blend:success_estimates",
+    ),
+    EstimatorRecord(
+        name="spo",
+        label="SPO",
+        function="bv_blend.verl.glue.spo:compute_spo_advantage",
+        options="bv_blend.verl.glue.spo:SPOOptions",
+        section="spo",
+        state_file="spo_state.pt",
+        inputs=frozenset({PROMPT_KEYS}),
+        metrics_prefix="spo/",
+        refuses={
+            SKIP_ZERO_GAP: "algorithm.filter_groups (DAPO's dynamic sampling) cannot run with spo: it drops every "
+            "group whose rewards are all equal, and at SPO's one rollout per prompt that is every group. SPO's tracker "
+            "gives single rollouts their signal; turn filter_groups off.",
+        },
+        success_estimates="bv_blend.verl.glue.spo:success_estimates",
     ),
     EstimatorRecord(
         name="ha_dw",

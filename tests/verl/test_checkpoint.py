@@ -99,7 +99,7 @@ def test_fake_workers_state_of_an_unknown_format_is_refused_with_the_reason(tmp_
     torch.save(payload, path)
     runtime.reset()
     config = _config(tmp_path, "algorithm.bv_blend.num_clusters=3")
-    with pytest.raises(ValueError, match="Unsupported BV-Blend state format 1; this version reads format 2") as info:
+    with pytest.raises(ValueError, match="Unsupported BV-Blend state format 1; this version reads format 3") as info:
         minimal_trainer(trainer_sync.PPOTrainerSync, config)._load_checkpoint()
     assert "allow_state_reset" in str(info.value)
     assert runtime.estimator_for("bv_blend", config.algorithm).estimator.num_updates == 0

@@ -8,6 +8,7 @@ and gives the checkpoint hooks its state (``global_step_N/bv_blend_state.pt``: t
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +18,14 @@ import torch
 
 from bv_blend.blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.codebook import CLUSTER_KEY
+from bv_blend.history.priors import load_priors, unmatched
 from bv_blend.verl import channel, runtime
 from bv_blend.verl.clusters import ANNOTATE_HINT, cluster_ids_for_rows
 from bv_blend.verl.options import GlueOptions, section_options
+from bv_blend.verl.prompt_keys import prompt_keys_for_rows
+from bv_blend.verl.records import CLUSTER_IDS, PROMPT_KEYS
+
+logger = logging.getLogger(__name__)
 
 NAME = "bv_blend"
 SECTION = f"algorithm.{NAME}"
@@ -38,6 +44,8 @@ class BVBlendOptions(GlueOptions):
         on_missing_cluster: ``error`` (a prompt without an id stops the run) or ``assign`` (encode it).
         allow_state_reset: on resume, start the history afresh instead of failing when the checkpoint has no
             BV-Blend state or a state made with another K / codebook / estimator config.
+        prompt_key_field: at the prompt levels, key each prompt by ``extra_info[field]`` instead of a hash of its text.
+        prior_file: offline prior scores (``scripts/offline_priors.py``, history_spec 4): the history starts warm.
     """
 
     NAME = NAME
@@ -48,6 +56,8 @@ class BVBlendOptions(GlueOptions):
     cluster_key: str = CLUSTER_KEY
     on_missing_cluster: str = "error"
     allow_state_reset: bool = False
+    prompt_key_field: str | None = None
+    prior_file: str | None = None
 
     def __post_init__(self) -> None:
         k = self.num_clusters
@@ -69,6 +79,15 @@ class BVBlendOptions(GlueOptions):
             )
         if not isinstance(self.allow_state_reset, bool):
             raise ValueError(f"{SECTION}.allow_state_reset={self.allow_state_reset!r} must be a bool.")
+        for name in ("prompt_key_field", "prior_file"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{SECTION}.{name}={value!r} is invalid: it must be a non-empty string or null.")
+
+    def inputs(self) -> frozenset[str]:
+        return frozenset(
+            [CLUSTER_IDS] * self.config.uses_clusters + [PROMPT_KEYS] * self.config.uses_prompts
+        )  # the prompt level needs no codebook
 
     @classmethod
     def glue_keys(cls) -> frozenset[str]:
@@ -93,14 +112,16 @@ class BVBlendOptions(GlueOptions):
         return {**glue.config.to_dict(), **{key: getattr(glue, key) for key in cls.glue_keys()}}
 
     def build(self) -> BVBlendProcess:
-        num_clusters, codebook = self._clusters()
-        return BVBlendProcess(
+        num_clusters, codebook = self._clusters() if self.config.uses_clusters else (self.num_clusters, None)
+        process = BVBlendProcess(
             options=self,
             num_clusters=num_clusters,
             codebook_hash=None if codebook is None else codebook.content_hash,
             estimator=BVBlendEstimator(num_clusters, self.config),
             codebook=codebook,
         )
+        process.priors()  # a malformed prior file fails here, at trainer start
+        return process
 
     def _clusters(self) -> tuple[int, Any]:
         """K and the loaded codebook (``None`` without ``codebook_path``); K given twice must agree."""
@@ -122,6 +143,21 @@ class BVBlendOptions(GlueOptions):
                 "codebook."
             )
         return codebook.num_clusters, codebook
+
+    def prepare(self, built: BVBlendProcess, config: Any) -> None:
+        """At trainer start: start the history from the prior file, pooling its prompts by their clusters in the
+        training files (history_spec 4); the file's prompts that no training row has are counted and reported."""
+        if self.prior_file is None:
+            return
+        from bv_blend.verl.training_data import training_prompts
+
+        priors = built.priors()
+        cluster_key = self.cluster_key if self.config.uses_clusters else None
+        prompts = training_prompts(config, self.prompt_key_field, cluster_key)
+        built.estimator.warm_start(priors, {key: c for key, c in prompts.items() if c is not None})
+        if missing := unmatched(priors, prompts):
+            logger.warning("%s: %d of its %d prompts are in no training file (their priors are unused at the "
+                           "cluster level).", self.prior_file, missing, len(priors))  # fmt: skip
 
     def save(self, built: BVBlendProcess) -> dict[str, Any]:
         return {
@@ -150,15 +186,23 @@ class BVBlendProcess:
     """The BV-Blend estimator of this process, and what it was built from."""
 
     options: BVBlendOptions
-    num_clusters: int
+    num_clusters: int | None
     codebook_hash: str | None
     estimator: BVBlendEstimator
     codebook: Any = None
     _assigner: Any = field(default=None, repr=False)
+    _priors: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def num_updates(self) -> int:
         return self.estimator.num_updates
+
+    def priors(self) -> dict[str, np.ndarray]:
+        """The prior file's scores (read once), or none."""
+        if self._priors is None:
+            path = self.options.prior_file
+            self._priors = load_priors(path, f"{SECTION}.prior_file") if path is not None else {}
+        return self._priors
 
     def assigner(self) -> Any:
         """The on-the-fly :class:`~bv_blend.codebook.encode.ClusterAssigner` (loads the encoder on first use)."""
@@ -187,14 +231,41 @@ def compute_bv_blend_advantage(
     Returns:
         advantages and returns, both (bs, response_length) (equal, as for GRPO).
     """
-    estimator = runtime.estimator_for(NAME, config).estimator
+    process = runtime.process_for(NAME, config)
+    estimator, inputs = process.estimator.estimator, process.options.inputs()
     step = channel.current_step() or channel.StepChannel()
-    cluster_ids = cluster_ids_for_rows(index, response_mask, step.cluster_map)
+    clusters = cluster_ids_for_rows(index, response_mask, step.cluster_map) if CLUSTER_IDS in inputs else None
+    keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME) if PROMPT_KEYS in inputs else None
     advantages, returns = estimator.compute_token_level(
-        token_level_rewards, response_mask, index, cluster_ids, source_rows=step.sources_for(len(cluster_ids))
+        token_level_rewards,
+        response_mask,
+        index,
+        clusters,
+        source_rows=step.sources_for(response_mask.shape[0]),
+        prompt_keys=keys,
     )
     channel.report_metrics(estimator.metrics)
     return advantages, returns
 
 
 __all__ = ["BVBlendOptions", "BVBlendProcess", "compute_bv_blend_advantage"]
+
+
+def success_estimates(process: runtime.Process, keys: np.ndarray, cluster_ids: np.ndarray | None) -> np.ndarray:
+    """p^ for the prompt sampler (history_spec 5): the prompt's mean m1_p, else its cluster's m1_k, else the prior
+    file's mean, else 0.5."""
+    estimator, options = process.estimator.estimator, process.options
+    p_hat = np.full(len(keys), np.nan)
+    if estimator.config.uses_prompts:
+        _, mean, _, seen = estimator.prompts.lookup(keys)
+        p_hat = np.where(seen, mean, p_hat)
+    if estimator.config.uses_clusters and cluster_ids is not None:
+        clusters = np.asarray(cluster_ids, dtype=np.int64)
+        safe = np.where((clusters >= 0) & (clusters < estimator.num_clusters), clusters, 0)
+        seen = (clusters >= 0) & (clusters < estimator.num_clusters) & estimator.moments.seen[safe]
+        p_hat = np.where(np.isnan(p_hat) & seen, estimator.moments.mean[safe], p_hat)
+    if options.prior_file is not None and np.isnan(p_hat).any():
+        priors = process.estimator.priors()
+        prior_mean = np.array([float(priors[key].mean()) if key in priors else np.nan for key in keys])
+        p_hat = np.where(np.isnan(p_hat), prior_mean, p_hat)
+    return np.where(np.isnan(p_hat), 0.5, p_hat)

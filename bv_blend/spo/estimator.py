@@ -1,0 +1,264 @@
+"""`SPOEstimator`: SPO's per-prompt Beta tracker as an advantage estimator (arXiv 2509.13232; history_spec 2).
+
+One call, for valid rows i of prompts p (the spec's steps; the advantages use the tracker from before the call):
+
+    (1) p^_p  = alpha_p / (alpha_p + beta_p)          prior 0.5 / 0.5, or from offline values (below)
+    (2) a_i   = r_i - p^_p(i)
+    (3) A_i   = (a_i - mean(a)) / (std(a) + 1e-8)     over the call's valid rows; std unbiased; one row: A = a
+    (4) per prompt key p in the call (one visit, whatever its rows n_p; R_p the sum of its rewards):
+        alpha_p <- rho alpha_p + R_p,   beta_p <- rho beta_p + (n_p - R_p)
+
+A prompt not in the call is left unchanged: there is no decay between visits. With offline values (N scores s of the
+initial policy) a prompt starts at alpha = N_init (sum s + 0.5) / (N + 1), beta = N_init (N - sum s + 0.5) / (N + 1),
+N_init = 1 / (1 - rho_min). Rewards must lie in [0, 1] (the tracker is a Beta posterior).
+
+When torch.distributed runs with several ranks, the batch normalisation's sums are all-reduced and the visits
+all-gathered, so every rank ends the call with the same tracker. docs/spo.md documents every choice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bv_blend.core.groups import group_stats
+from bv_blend.core.options import (
+    OptionsMixin,
+    check_bool,
+    check_number,
+    check_state_config,
+    check_state_count,
+    check_state_format,
+    require,
+)
+from bv_blend.core.rows import GroupIds, read_rows, read_token_rows, to_tensor
+from bv_blend.core.sync import all_gather, all_reduce, should_sync
+from bv_blend.history.keys import group_prompt_keys
+from bv_blend.history.table import PromptTable, group_visits
+
+SECTION = "algorithm.spo"
+STATE_FORMAT_VERSION = 1
+REWARD_RANGE = (0.0, 1.0)
+PRIOR = 0.5  # alpha = beta = 0.5 for a prompt without offline values (the recipe's)
+
+
+@dataclass(frozen=True)
+class SPOConfig(OptionsMixin):
+    """Parameters of SPO (``algorithm.spo.*`` in a verl config).
+
+    Attributes:
+        rho: the decay per visit, in (0, 1]; 0.875 is the recipe's constant mode (``rho.value``).
+        rho_min: sets the weight of offline values, N_init = 1 / (1 - rho_min); 0.875 gives 8 (the recipe's).
+        epsilon: added to the batch standard deviation (the recipe's 1e-8).
+        sync_across_ranks: all-reduce the batch normalisation and gather the visits when torch.distributed runs
+            with more than one rank.
+    """
+
+    SECTION = SECTION
+
+    rho: float = 0.875
+    rho_min: float = 0.875
+    epsilon: float = 1e-8
+    sync_across_ranks: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("rho", "rho_min", "epsilon"):
+            check_number(SECTION, name, getattr(self, name))
+        require(0.0 < self.rho <= 1.0, SECTION, "rho", self.rho, "must be in (0, 1]: the decay per visit")
+        why = "must be in [0, 1): N_init = 1 / (1 - rho_min)"
+        require(0.0 <= self.rho_min < 1.0, SECTION, "rho_min", self.rho_min, why)
+        require(self.epsilon > 0.0, SECTION, "epsilon", self.epsilon, "must be > 0: a constant batch divides by it")
+        check_bool(SECTION, "sync_across_ranks", self.sync_across_ranks)
+
+    @property
+    def offline_weight(self) -> float:
+        """N_init, the effective number of visits that offline values are worth."""
+        return 1.0 / (1.0 - self.rho_min)
+
+
+def offline_prior(scores: Sequence[float], weight: float) -> tuple[float, float]:
+    """(alpha, beta) of a prompt with offline scores s_1..s_N: N_init (sum s + 0.5) / (N + 1) and
+    N_init (N - sum s + 0.5) / (N + 1)."""
+    total, n = float(np.sum(scores)), float(len(scores))
+    return weight * (total + 0.5) / (n + 1.0), weight * (n - total + 0.5) / (n + 1.0)
+
+
+class SPOEstimator:
+    """Advantages against each prompt's Beta-tracked success rate, normalised over the batch.
+
+    Args:
+        config: the parameters; defaults to ``SPOConfig()``.
+        offline_values: prompt key -> scores of the initial policy (history_spec 4), the prior of those prompts.
+    """
+
+    def __init__(self, config: SPOConfig | None = None, offline_values: Mapping[str, Sequence[float]] | None = None):
+        self.config = config if config is not None else SPOConfig()
+        if not isinstance(self.config, SPOConfig):
+            raise TypeError(f"config must be an SPOConfig, got {type(self.config).__name__}.")
+        self.tracker = PromptTable(("alpha", "beta"), "SPO")
+        self.offline_values = dict(offline_values or {})
+        self.priors = PromptTable(("alpha", "beta"), "SPO offline values")
+        if offline_values:
+            keys = list(offline_values)
+            self.priors.commit(keys, np.array([offline_prior(offline_values[k], self.config.offline_weight)
+                                               for k in keys]).T)  # fmt: skip
+        self.num_updates = 0
+        self.metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------------ faces
+    def compute(
+        self,
+        rewards: torch.Tensor,
+        group_ids: GroupIds,
+        prompt_keys: Sequence[str] | np.ndarray,
+        valid: torch.Tensor | np.ndarray | None = None,
+    ) -> torch.Tensor:
+        """Sequence-level advantages, one per row, then fold each prompt's visit into its tracker.
+
+        Args:
+            rewards: (B,) float rewards in [0, 1].
+            group_ids: (B,) prompt-group ids (uid strings, as verl passes them, or ints).
+            prompt_keys: (B,) each row's prompt key (history_spec 1); padding rows may hold anything.
+            valid: optional (B,) bool; False marks padding rows, as does a uid starting with "pad".
+
+        Raises:
+            ValueError: rewards outside [0, 1] or not finite, a valid row without a prompt key, a group whose rows
+                carry different keys, or inputs of different lengths. The tracker is left exactly as it was.
+        """
+        sync = should_sync(self.config.sync_across_ranks)
+        try:
+            keys = np.asarray(prompt_keys, dtype=object)
+            rows = read_rows(rewards, group_ids, valid, REWARD_RANGE, SECTION, prompt_keys=keys)
+            group_key = group_prompt_keys(rows, keys, "SPO")
+        except (ValueError, TypeError):
+            if sync:
+                all_reduce(torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64))  # the others raise too
+            raise
+        groups = group_stats(rows)
+        present = groups.count > 0
+        visit_keys, (visit_rewards, visit_rows), visit_of_present = group_visits(
+            group_key[present], (groups.total[present], groups.count[present])
+        )
+
+        # (1, 2) Each row's prompt success estimate from the tracker before this call, and a = r - p^.
+        alpha, beta, tracked = self._beta(visit_keys)
+        visit_of_group = np.zeros(rows.num_groups, dtype=np.int64)  # groups without a valid row: masked below
+        visit_of_group[present] = visit_of_present
+        visit_of_row = visit_of_group[rows.codes]
+        p_hat_row = np.where(rows.valid, (alpha / (alpha + beta))[visit_of_row] if visit_keys else 0.0, 0.0)
+        n_eff_row = np.where(rows.valid, (alpha + beta)[visit_of_row] if visit_keys else 0.0, 0.0)
+        centred = np.where(rows.valid, rows.reward - p_hat_row, 0.0)
+
+        # (3) Batch normalisation over the call's valid rows (all ranks' rows when syncing).
+        sums = np.array([centred.sum(), rows.valid.sum(), p_hat_row.sum(), n_eff_row.sum(), 0.0])
+        if sync:
+            sums = all_reduce(torch.from_numpy(sums)).numpy()
+            if sums[4]:
+                raise ValueError("Another rank's input for this call was rejected (its own error says why); no rank "
+                                 "changed its SPO tracker. Fix that input and call again on every rank.")  # fmt: skip
+        total, count = sums[0], sums[1]
+        mean = total / max(count, 1.0)
+        squares = np.array([np.where(rows.valid, (centred - mean) ** 2, 0.0).sum()])
+        if sync:
+            squares = all_reduce(torch.from_numpy(squares)).numpy()
+        std = math.sqrt(squares[0] / (count - 1.0)) if count >= 2 else 0.0
+        normalised = np.where(rows.valid, (centred - mean) / (std + self.config.epsilon), 0.0)
+        advantage = normalised if count >= 2 else centred  # one valid row: A = a
+
+        # (4) One visit per prompt key: alpha <- rho alpha + R, beta <- rho beta + (n - R); gathered across ranks.
+        if sync:
+            visit_keys, visit_rewards, visit_rows = self._gathered(visit_keys, visit_rewards, visit_rows)
+            alpha, beta, tracked = self._beta(visit_keys)
+        rho = self.config.rho
+        new_values = np.stack((rho * alpha + visit_rewards, rho * beta + (visit_rows - visit_rewards)))
+        first_visits = float(len(visit_keys) - tracked.sum())
+        if visit_keys:
+            self.tracker.commit(visit_keys, new_values)
+            self.num_updates += 1
+        metrics = {
+            "spo/p_hat_mean": sums[2] / max(count, 1.0),
+            "spo/n_eff_mean": sums[3] / max(count, 1.0),
+            "spo/first_visit_ratio": first_visits / max(len(visit_keys), 1),
+            "spo/adv_before_norm_mean": mean,
+            "spo/adv_std": std,
+            "spo/prompts_tracked": len(self.tracker),
+        }
+        self.metrics = {name: float(value) for name, value in metrics.items()}
+        return to_tensor(advantage, rewards)
+
+    def compute_token_level(
+        self,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        group_ids: GroupIds,
+        prompt_keys: Sequence[str] | np.ndarray,
+        valid: torch.Tensor | np.ndarray | None = None,
+        source_rows: np.ndarray | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask (the
+        sequence advantage broadcast over the response tokens); ``source_rows`` as for BV-Blend."""
+        sequence_rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
+        sequence = self.compute(sequence_rewards, group_ids, prompt_keys, valid=counted)
+        if source_rows is not None:
+            sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
+        advantages = sequence.unsqueeze(-1) * response_mask
+        return advantages, advantages
+
+    def success_estimates(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) per key: alpha / (alpha + beta), and whether the tracker (not the prior) gave it."""
+        alpha, beta, tracked = self._beta(list(keys))
+        return alpha / (alpha + beta), tracked
+
+    # ------------------------------------------------------------------------------------------------ helpers
+    def _beta(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(alpha, beta, tracked) of each key before this call: the tracker's, else the prior (offline or 0.5)."""
+        rows = self.tracker.rows_of(keys)
+        prior_rows = self.priors.rows_of(keys)
+        prior_alpha = self.priors.column("alpha", prior_rows, PRIOR)
+        prior_beta = self.priors.column("beta", prior_rows, PRIOR)
+        alpha = self.tracker.column("alpha", rows, prior_alpha)
+        beta = self.tracker.column("beta", rows, prior_beta)
+        return alpha, beta, rows >= 0
+
+    @staticmethod
+    def _gathered(keys: list[str], rewards: np.ndarray, counts: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+        """Every rank's visits, merged in rank order (the same on every rank): one visit per key."""
+        gathered = all_gather((keys, rewards.tolist(), counts.tolist()))
+        all_keys = np.array([key for part in gathered for key in part[0]], dtype=object)
+        all_rewards = np.array([value for part in gathered for value in part[1]], dtype=np.float64)
+        all_counts = np.array([value for part in gathered for value in part[2]], dtype=np.float64)
+        merged, (merged_rewards, merged_counts), _ = group_visits(all_keys, (all_rewards, all_counts))
+        return merged, merged_rewards, merged_counts
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Plain values and float64 tensors, safe for ``torch.save`` and ``torch.load(weights_only=True)``."""
+        return {
+            "format_version": STATE_FORMAT_VERSION,
+            "config": self.config.to_dict(),
+            "num_updates": self.num_updates,
+            "tracker": self.tracker.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], *, allow_config_change: bool = False) -> None:
+        """Restore a state from :meth:`state_dict`; every check runs before anything changes."""
+        saved = check_state_format(state, "SPO", STATE_FORMAT_VERSION)
+        check_state_config(saved, self.config, "SPO", allow_config_change)
+        num_updates = check_state_count(state, "SPO")
+        tracker = state.get("tracker")
+        if not isinstance(tracker, Mapping):
+            raise ValueError("SPO state has no 'tracker'; it was not written by SPOEstimator.state_dict().")
+        keys, values = self.tracker.validated(tracker)
+        if (values <= 0).any():
+            raise ValueError("SPO state holds alpha or beta <= 0: a Beta tracker's counts are positive; the file is "
+                             "corrupt.")  # fmt: skip
+        self.tracker.load(keys, values)
+        self.num_updates = num_updates
+
+
+__all__ = ["SECTION", "STATE_FORMAT_VERSION", "SPOConfig", "SPOEstimator", "offline_prior"]
