@@ -1,7 +1,9 @@
 """GRPO vs BV-Blend on verl's stock trainer, on CPU, with a tiny locally built model (docs/cpu.md, "The demo").
 
 Both methods train the same warmed-up model on the same prompts and seeds; verl's own validation loop measures the
-pass rate on held-out prompts (none of them trained on) before, during and after training, per task family.
+pass rate on held-out prompts (none of them trained on), per task family: once before training for both methods
+(the shared start: the first run's step-0 validation; the second run skips its own), then during and after each
+method's training; each method's gain is measured from the shared start.
 Make it longer or larger with --steps, --batch, --n, --warmup-steps, --layers, --hidden, --num-clusters.
 """
 
@@ -23,7 +25,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=d.lr, help="actor learning rate (constant)")
     p.add_argument("--test-freq", type=int, default=d.test_freq, help="validate every this many steps")
     p.add_argument("--val-prompts", type=int, default=d.val_prompts, help="held-out prompts (at most 125)")
-    p.add_argument("--val-samples", type=int, default=d.val_samples, help="responses per held-out prompt (T=1)")
+    p.add_argument("--val-samples", type=int, default=d.val_samples,
+                   help="responses per held-out prompt (T=1) in every validation, the shared start included")
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="supervised warm-up steps")
     p.add_argument("--format-share", type=float, default=d.format_share,
                    help="share of warm-up answers written '#### <answer>' (the verifier's format); the rest are bare")

@@ -33,7 +33,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from bv_blend.demo import report  # noqa: E402
-from bv_blend.demo.pipeline import DemoSettings, Prepared, run_method  # noqa: E402
+from bv_blend.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method  # noqa: E402
 
 RESULT_FILE = "result.json"
 BEGIN, END = "<!-- compare_cpu:begin -->", "<!-- compare_cpu:end -->"
@@ -128,27 +128,6 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
 
 
 # ---------------------------------------------------------------------------------------------------- running
-def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threading.Event,
-                 poll_s: float = 3.0) -> None:
-    """Calls ``on_step`` with the last training step verl has logged, each time it grows, until ``stop`` is set."""
-    last = 0
-    while not stop.wait(poll_s):
-        try:
-            lines = metrics_path.read_text().splitlines()
-        except OSError:
-            continue
-        steps = []
-        for line in lines:
-            try:
-                steps.append(int(json.loads(line)["step"]))
-            except (ValueError, KeyError):  # a line verl is still writing
-                continue
-        step = max(steps, default=0)
-        if step > last:
-            last = step
-            on_step(step)
-
-
 def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: dict[str, str],
             on_step: Callable[[int], None] = lambda step: None) -> dict:
     """Runs one spec from scratch, reads it, saves and returns its result. The verl run runs in this thread, so that

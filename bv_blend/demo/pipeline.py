@@ -1,8 +1,11 @@
-"""The demo, end to end: task + held-out split -> tiny model + warm-up -> codebook -> GRPO and BV-Blend with verl's
-stock trainer on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
+"""The demo, end to end: task + held-out split -> tiny model + warm-up -> codebook -> the shared start -> GRPO and
+BV-Blend with verl's stock trainer on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
 
-Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.cpu.launch), on the
-same data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``.
+Every stage writes into one work folder; verl runs as a subprocess per method (bv_blend.cpu.launch), on the same
+data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``. The warmed-up model is
+validated once, by the first method's run before its first update (its step-0 validation), and the other run skips
+its own (``trainer.val_before_train=false``): vLLM-CPU's sampling is not reproducible, so two step-0 validations of
+the same model disagree by as much as the gains being compared; both methods' gains are measured from the one start.
 scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its multi-seed grid (bv_blend/demo/compare.py).
 """
 
@@ -10,12 +13,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from bv_blend.demo import model as tiny
 from bv_blend.demo import report
@@ -39,8 +45,10 @@ class DemoSettings:
     warmup_steps: int = 800  # supervised steps, lr 1e-3 with cosine decay
     format_share: float = 0.5  # share of warm-up targets written "#### <answer>" (the rest: the bare answer)
     val_prompts: int = 120  # held-out prompts, 24 per family (sums of 0-4 have only 50 distinct prompts)
-    val_samples: int = 3  # responses per held-out prompt at temperature 1 (verl's val_kwargs.n)
-    test_freq: int = 12  # verl validates before training, every test_freq steps and after the last step
+    # responses per held-out prompt at temperature 1 (verl's val_kwargs.n), in every validation of both runs, the
+    # shared start included: verl's n holds for a whole run (docs/cpu.md, "The shared start", for the trade-off)
+    val_samples: int = 8
+    test_freq: int = 12  # verl validates every test_freq steps and after the last (the first run also before the first)
     num_clusters: int = 8
     n_train: int | None = None  # training rows; None: steps x batch, one fresh row per prompt of every step
     layers: int = 2
@@ -153,10 +161,12 @@ def _prepared_from(saved: dict) -> Prepared:
 
 
 def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
-                   batch: int | None = None, steps: int | None = None, seed: int | None = None) -> list[str]:
+                   batch: int | None = None, steps: int | None = None, seed: int | None = None,
+                   val_before_train: bool = True) -> list[str]:
     """The per-run hydra overrides on top of configs/cpu_tiny.yaml; identical between methods but the estimator.
 
-    ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them).
+    ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them);
+    ``val_before_train=False`` skips verl's step-0 validation (the demo's second run, which shares the first's).
     """
     n, batch = n or s.n, batch or s.batch
     steps = steps or s.steps
@@ -174,7 +184,7 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
         f"++actor_rollout_ref.actor.ppo_mini_batch_size={batch}",  # one optimizer step per RL step: on-policy
         f"++actor_rollout_ref.rollout.n={n}",
         # validation: verl's own loop, on the held-out prompts, sampled like the training rollouts (T=1)
-        "trainer.val_before_train=true",
+        f"trainer.val_before_train={str(val_before_train).lower()}",
         f"trainer.test_freq={s.test_freq}",
         f"actor_rollout_ref.rollout.val_kwargs.n={s.val_samples}",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
@@ -188,24 +198,65 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
     ]
 
 
-def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, **run: int | None) -> Path:
-    """One verl run into ``run_dir`` (log, metrics JSONL, rollout and validation dumps); raises if it fails.
+def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threading.Event,
+                 poll_s: float = 3.0) -> None:
+    """Calls ``on_step`` with the last training step verl has logged, each time it grows, until ``stop`` is set."""
+    last = 0
+    while not stop.wait(poll_s):
+        try:
+            lines = metrics_path.read_text().splitlines()
+        except OSError:
+            continue
+        steps = []
+        for line in lines:
+            try:
+                steps.append(int(json.loads(line)["step"]))
+            except (ValueError, KeyError):  # a line verl is still writing
+                continue
+        step = max(steps, default=0)
+        if step > last:
+            last = step
+            on_step(step)
 
-    The folder is emptied first: dumps of an earlier, longer run would otherwise be read as this run's.
-    """
+
+def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
+              on_step: Callable[[int], None] | None = None) -> Path:
+    """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first: dumps of an earlier, longer run
+    would otherwise be read as this run's. Raises if the run fails. The run stays in this thread, so that an
+    interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from another."""
     from bv_blend.cpu.launch import run_trainer
 
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     started = time.time()
-    log = run_dir / "verl.log"
-    rc = run_trainer(verl_overrides(s, method, prepared, run_dir, **run), log_path=log,
-                     metrics_path=run_dir / "metrics.jsonl", timeout_s=s.timeout_s)
-    print(f"[demo] {method}: verl exited {rc} after {time.time() - started:.0f} s (log: {log})")
+    log, metrics = run_dir / "verl.log", run_dir / "metrics.jsonl"
+    stop = threading.Event()
+    follower = None
+    if on_step is not None:
+        follower = threading.Thread(target=follow_steps, args=(metrics, on_step, stop), daemon=True)
+        follower.start()
+    try:
+        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.timeout_s)
+    finally:
+        stop.set()
+        if follower is not None:
+            follower.join()
+    tqdm.write(f"[demo] {label}: verl exited {rc} after {time.time() - started:.0f} s (log: {log})")
     if rc != 0:
-        raise RuntimeError(f"verl's trainer failed for {method} (exit {rc}); the end of {log} says why")
+        raise RuntimeError(f"verl's trainer failed for {label} (exit {rc}); the end of {log} says why")
     return run_dir
+
+
+def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
+               on_step: Callable[[int], None] | None = None, **run: int | None) -> Path:
+    """One training run of ``method`` into ``run_dir``; raises if it fails.
+
+    ``own_start=False`` skips verl's validation before training: the demo's second run is measured from the first
+    run's step-0 validation (the shared start). scripts/compare_cpu.py keeps each run's own.
+    """
+    overrides = verl_overrides(s, method, prepared, run_dir, val_before_train=own_start, **run)
+    return _run_verl(s, method, overrides, run_dir, on_step)
 
 
 def run_demo(s: DemoSettings) -> str:
@@ -214,18 +265,28 @@ def run_demo(s: DemoSettings) -> str:
     cpu = describe_cpu()  # first, so that any report of this run says which kind of CPU it came from
     print(f"[demo] {cpu}")
     prepared = prepare(s)
-    runs = {}
+    runs: dict[str, report.RunRecord] = {}
+    start = None
     for method in METHODS:
-        print(f"[demo] training with {method} on verl's stock trainer (CPU), validating on the held-out prompts")
-        run_dir = run_method(s, method, prepared, s.work_dir / "runs" / method)
-        runs[method] = report.read_run(method, run_dir, prepared.question_family)
+        first = start is None
+        print(f"[demo] training with {method} on verl's stock trainer (CPU), validating on the held-out prompts "
+              + ("before training (the shared start), " if first else "")
+              + f"every {s.test_freq} steps and after the last, {s.val_samples} responses per prompt")
+        with tqdm(total=s.steps, desc=method, unit="step") as bar:
+            run_dir = run_method(s, method, prepared, s.work_dir / "runs" / method, own_start=first,
+                                 on_step=lambda step, bar=bar: bar.update(step - bar.n))
+        if first:
+            # the warmed-up model, validated before this run's first update: the start of both methods
+            runs[method] = report.share_start(report.read_run(method, run_dir, prepared.question_family))
+            start = runs[method].start
+        else:
+            runs[method] = report.read_run(method, run_dir, prepared.question_family, start=start)
     table = report.demo_tables(runs)
     png = report.plot_runs(runs, s.work_dir / "curves.png")
     (s.work_dir / "table.txt").write_text(f"{cpu}\n{table}\n")
     wall = time.time() - t0
     (s.work_dir / "summary.json").write_text(json.dumps(
         {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()},
-         "warmup_pass_rates": prepared.warmup_pass_rates, "runs": {m: r.summary() for m, r in runs.items()},
-         "wall_s": wall}, indent=2))
+         "warmup_pass_rates": prepared.warmup_pass_rates, **report.demo_summary(runs), "wall_s": wall}, indent=2))
     print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table

@@ -9,18 +9,29 @@ Sources, all written by verl itself:
 - the rollout dump of ``trainer.rollout_data_dir`` (one JSONL per training step), from which the all-right and
   all-wrong shares and the GRPO run's signal ratio (share of groups whose rewards are not all equal) are counted.
 
+The demo's two runs share one start: the first run's validation before training (step 0, the warmed-up model) is
+made the start of both (:func:`share_start`), and the second run skips its own step-0 validation; each method's
+gain is measured from that shared start, whose samples stand in for the second run's step 0 in its tables and
+curves (``read_run(..., start=...)``).
+
 Confidence intervals are over held-out prompts: a validation's pass rate is the mean over prompts of each prompt's
-mean score, with a 95% interval of 1.96 standard errors of those prompt means; the gain between two validations
-is paired by prompt. This is the noise of measuring on a finite set of prompts with a few samples each, not the
-run-to-run noise of training, which scripts/compare_cpu.py measures over seeds.
+mean score, with a 95% t-interval (prompts - 1 degrees of freedom) of those prompt means. A gain is paired by
+prompt: per prompt, its mean score after training minus its mean score at the start, and the t-interval of the
+mean of those differences. Each difference carries the sampling noise of both validations (the start's and the
+later one's responses), so their spread over prompts accounts for the uncertainty of both measurements, while the
+pairing removes the spread of prompt difficulty, which both measurements share (an unpaired interval,
+sqrt(se_start^2 + se_after^2), would count it twice; treating the start as exact would leave its noise out). The
+two methods' gains share the start's noise, so they are compared by the difference of their final pass rates,
+paired by prompt (:func:`method_difference`), which is exactly the difference of the gains. This is the noise of
+measuring on a finite set of prompts with a few samples each, not the run-to-run noise of training, which
+scripts/compare_cpu.py measures over seeds.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +40,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from bv_blend.demo.reward import in_answer_format  # noqa: E402
 
@@ -39,7 +51,6 @@ BV_SIGNAL = "bv_blend/effective_signal_ratio"
 BV_GRPO_SIGNAL = "bv_blend/grpo_signal_ratio"
 VAL_CORE = re.compile(r"^val-core/(?P<source>[^/]+)/acc/mean@(?P<samples>\d+)$")
 OVERALL = "all"
-Z95 = 1.959963984540054
 
 
 def read_metrics(path: Path) -> pd.DataFrame:
@@ -109,19 +120,44 @@ def _prompt_means(samples: pd.DataFrame, step: int, column: str = "score") -> pd
     return at.groupby("question")[column].mean()
 
 
+def mean_ci(values: pd.Series | np.ndarray) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (n - 1 degrees of freedom; nan for a single value)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return (float(x.mean()) if len(x) else float("nan")), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * stats.sem(x))
+
+
 def pass_rate_ci(samples: pd.DataFrame, step: int) -> tuple[float, float]:
     """Pass rate at a validation step and the half-width of its 95% interval over prompts."""
-    means = _prompt_means(samples, step)
-    half = Z95 * means.std(ddof=1) / math.sqrt(len(means)) if len(means) > 1 else float("nan")
-    return float(means.mean()), float(half)
+    return mean_ci(_prompt_means(samples, step))
+
+
+def sampling_half_width(samples: pd.DataFrame, step: int) -> float:
+    """Half-width of the 95% interval of the pass rate at ``step`` from the sampling of responses alone, for this set
+    of prompts: normal, with Var = sum_i p_i (1 - p_i) / k_i / P^2 over the P prompts, each with k_i responses, and
+    p_i (1 - p_i) estimated without bias by p^_i (1 - p^_i) k_i / (k_i - 1).
+
+    The interval over prompts (:func:`pass_rate_ci`) adds the choice of prompts to this; more responses per prompt
+    shrink only this part, and a gain's pairing by prompt leaves mostly this part of each measurement.
+    """
+    at = samples[samples["step"] == step].groupby("question")["score"].agg(["mean", "count"])
+    if (at["count"] < 2).any():
+        return float("nan")
+    var = (at["mean"] * (1 - at["mean"]) / (at["count"] - 1)).sum() / len(at) ** 2
+    return float(stats.norm.ppf(0.975) * np.sqrt(var))
+
+
+def paired_ci(before: pd.Series, after: pd.Series) -> tuple[float, float]:
+    """Mean of ``after - before`` over the prompts both have (per-prompt mean scores, indexed by question), and the
+    half-width of its 95% t-interval: the interval of a paired difference (module docstring)."""
+    diff = (after - before).dropna()
+    return mean_ci(diff)
 
 
 def paired_gain(samples: pd.DataFrame, first: int, last: int) -> tuple[float, float]:
     """Pass rate at ``last`` minus at ``first``, paired by prompt, and the half-width of its 95% interval."""
-    before, after = _prompt_means(samples, first), _prompt_means(samples, last)
-    diff = (after - before).dropna()
-    half = Z95 * diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else float("nan")
-    return float(diff.mean()), float(half)
+    return paired_ci(_prompt_means(samples, first), _prompt_means(samples, last))
 
 
 def format_share(samples: pd.DataFrame, step: int) -> float:
@@ -176,10 +212,40 @@ def signal_of(method: str, metrics: pd.DataFrame, rollout_dir: Path) -> pd.Serie
     return group_signal_ratio(rollout_dir)
 
 
+# --------------------------------------------------------------------------------------------- the shared start
+@dataclass
+class StartRecord:
+    """The shared start: verl's validation of the warmed-up model before either method trains."""
+
+    validation: pd.DataFrame  # validation_curve, one row: step 0
+    samples: pd.DataFrame  # read_validation_dump, step 0 only
+    source: str  # the run whose step-0 validation it is
+
+    @property
+    def step(self) -> int:
+        return int(self.validation.index[0])
+
+    @property
+    def prompts(self) -> int:
+        return int(self.samples["question"].nunique())
+
+    @property
+    def samples_per_prompt(self) -> int:
+        return int(round(len(self.samples) / self.prompts))
+
+    def summary(self) -> dict[str, float]:
+        rate, half = pass_rate_ci(self.samples, self.step)
+        return {"pass rate": rate, "pass rate ±": half,
+                "pass rate ± sampling": sampling_half_width(self.samples, self.step), "prompts": float(self.prompts),
+                "samples per prompt": float(self.samples_per_prompt),
+                "in format": format_share(self.samples, self.step),
+                **{f"family {f}": float(v) for f, v in self.validation.iloc[0].items() if f != OVERALL}}
+
+
 # --------------------------------------------------------------------------------------------------------- a run
 @dataclass
 class RunRecord:
-    """What the tables and plots need from one verl run."""
+    """What the tables and plots need from one verl run; with a shared start, its step 0 is the start's."""
 
     method: str
     metrics: pd.DataFrame
@@ -187,6 +253,7 @@ class RunRecord:
     samples: pd.DataFrame  # read_validation_dump
     signal: pd.Series
     shares: dict[str, float]
+    start: StartRecord | None = field(default=None, repr=False)
 
     @property
     def first_val(self) -> int:
@@ -197,7 +264,8 @@ class RunRecord:
         return int(self.validation.index.max())
 
     def summary(self) -> dict[str, float]:
-        """The table's numbers for this run (pass rates as fractions, shares in %)."""
+        """The table's numbers for this run (pass rates as fractions, shares in %); "val before" is the shared
+        start's pass rate when the run has one, and the gain is measured from it."""
         train = training_steps(self.metrics)
         before, before_ci = pass_rate_ci(self.samples, self.first_val)
         after, after_ci = pass_rate_ci(self.samples, self.last_val)
@@ -209,6 +277,7 @@ class RunRecord:
         return {
             "val before": before, "val before ±": before_ci, "val after": after, "val after ±": after_ci,
             "gain": gain, "gain ±": gain_ci,
+            "shared start": float(self.start is not None),
             "in format before": format_share(self.samples, self.first_val),
             "in format after": format_share(self.samples, self.last_val),
             "signal ratio": float(self.signal.mean()) if len(self.signal) else float("nan"),
@@ -220,41 +289,99 @@ class RunRecord:
         }
 
 
-def read_run(method: str, run_dir: Path, question_family: dict[str, str]) -> RunRecord:
-    """Reads a run folder written by bv_blend.demo.pipeline.run_method."""
-    metrics = read_metrics(run_dir / "metrics.jsonl")
+def family_sizes(question_family: dict[str, str]) -> dict[str, int]:
+    """Held-out prompts per family, in the order of the file: the task's family order."""
     sizes: dict[str, int] = {}
-    for family in question_family.values():  # in the order of the file: the task's family order
+    for family in question_family.values():
         sizes[family] = sizes.get(family, 0) + 1
+    return sizes
+
+
+def share_start(run: RunRecord) -> RunRecord:
+    """``run`` with its validation before training (step 0: the warmed-up model, before the run's first update) as
+    the start it shares with the other runs (pass ``result.start`` to their read_run)."""
+    if run.start is not None:
+        raise ValueError(f"the {run.method} run already has a shared start (the {run.start.source} run's)")
+    if run.first_val != 0:
+        raise ValueError(f"the {run.method} run has no validation of its own before training (first validation: "
+                         f"step {run.first_val}); the run that measures the shared start needs "
+                         "trainer.val_before_train=true")
+    start = StartRecord(validation=run.validation.loc[[0]], samples=run.samples[run.samples["step"] == 0].copy(),
+                        source=run.method)
+    return replace(run, start=start)
+
+
+def read_run(method: str, run_dir: Path, question_family: dict[str, str],
+             start: StartRecord | None = None) -> RunRecord:
+    """Reads a run folder written by bv_blend.demo.pipeline.run_method.
+
+    With ``start`` (another run's, :func:`share_start`), the run must not have validated its own step 0
+    (``trainer.val_before_train=false``): the start's validation becomes the run's first point, so that its gain,
+    tables and curves are measured from the shared start.
+    """
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    validation = validation_curve(metrics, family_sizes(question_family))
+    samples = read_validation_dump(run_dir / "validation", question_family)
+    if start is not None:
+        own = sorted(s for s in set(validation.index) | set(samples["step"]) if s <= start.step)
+        if own:
+            raise ValueError(f"{run_dir} validated at step(s) {own} itself; with a shared start, run it with "
+                             "trainer.val_before_train=false, so that its gain is measured from the shared start only")
+        validation = pd.concat([start.validation, validation]).sort_index()
+        samples = pd.concat([start.samples, samples], ignore_index=True)
     return RunRecord(
         method=method,
         metrics=metrics,
-        validation=validation_curve(metrics, sizes),
-        samples=read_validation_dump(run_dir / "validation", question_family),
+        validation=validation,
+        samples=samples,
         signal=signal_of(method, metrics, run_dir / "rollouts"),
         shares=group_shares(run_dir / "rollouts"),
+        start=start,
     )
+
+
+def method_difference(runs: dict[str, RunRecord], baseline: str = "grpo",
+                      method: str = "bv_blend") -> tuple[float, float]:
+    """``method`` minus ``baseline`` in final held-out pass rate, paired by prompt, and its 95% half-width.
+
+    From a shared start this is exactly the difference of the two gains, with the start's noise cancelled: each
+    gain's interval includes that same noise, so whether the two gains' intervals overlap is not the test.
+    """
+    a, b = runs[baseline], runs[method]
+    return paired_ci(_prompt_means(a.samples, a.last_val), _prompt_means(b.samples, b.last_val))
+
+
+def shared_start(runs: dict[str, RunRecord]) -> StartRecord:
+    """The start every run shares; the demo's tables need one (its gains are measured from it)."""
+    starts = {id(r.start): r.start for r in runs.values()}
+    if len(starts) != 1 or None in starts.values():
+        raise ValueError("the demo's tables compare runs from one shared start: read every run with the same "
+                         "read_run(..., start=share_start(first).start)")
+    return next(iter(starts.values()))
 
 
 # ------------------------------------------------------------------------------------------------- tables, plot
 def pass_rate_table(runs: dict[str, RunRecord]) -> pd.DataFrame:
-    """Rows: families and ``all``; columns: ``<method> before`` / ``<method> after`` (held-out pass rates)."""
-    columns = {}
+    """Rows: families and ``all``; columns: ``start`` (the shared start), then ``<method> after`` and
+    ``<method> gain`` (from the start) per method: held-out pass rates."""
+    start = shared_start(runs)
+    columns = {"start": start.validation.iloc[0]}
     for method, run in runs.items():
-        columns[f"{method} before"] = run.validation.loc[run.first_val]
-        columns[f"{method} after"] = run.validation.loc[run.last_val]
+        after = run.validation.loc[run.last_val]
+        columns[f"{method} after"] = after
+        columns[f"{method} gain"] = after - columns["start"]
     return pd.DataFrame(columns)
 
 
 def stats_table(runs: dict[str, RunRecord]) -> pd.DataFrame:
-    """Rows: methods; columns: the gain with its interval, answer format, signal, group shares, step time."""
+    """Rows: methods; columns: the final pass rate and the gain from the shared start with their intervals, answer
+    format, signal, group shares, step time."""
     rows = {}
     for method, run in runs.items():
         s = run.summary()
         rows[method] = {
-            "val before": f"{s['val before']:.3f} ± {s['val before ±']:.3f}",
-            "val after": f"{s['val after']:.3f} ± {s['val after ±']:.3f}",
-            "gain (95% CI)": f"{s['gain']:+.3f} ± {s['gain ±']:.3f}",
+            f"after (step {run.last_val})": f"{s['val after']:.3f} ± {s['val after ±']:.3f}",
+            "gain from start (95% CI)": f"{s['gain']:+.3f} ± {s['gain ±']:.3f}",
             "in format": f"{s['in format before']:.2f} -> {s['in format after']:.2f}",
             "signal ratio": f"{s['signal ratio']:.3f}",
             "GRPO signal ratio": f"{s['GRPO signal ratio']:.3f}",
@@ -266,18 +393,54 @@ def stats_table(runs: dict[str, RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
+def _samples_per_prompt(run: RunRecord) -> int:
+    at = run.samples[run.samples["step"] == run.last_val]
+    return int(round(len(at) / at["question"].nunique()))
+
+
 def demo_tables(runs: dict[str, RunRecord]) -> str:
-    """The two tables the demo prints and writes to table.txt."""
-    rates = pass_rate_table(runs).to_string(float_format=lambda v: f"{v:.3f}")
-    first = {r.first_val for r in runs.values()}
-    last = {r.last_val for r in runs.values()}
-    return (f"held-out pass rate (T=1) per family, before (step {min(first)}) and after (step {max(last)}) training\n"
-            f"{rates}\n\n{stats_table(runs).to_string()}")
+    """The tables the demo prints and writes to table.txt: the shared start, per family, per method, the difference."""
+    start = shared_start(runs)
+    s = start.summary()
+    last = max(r.last_val for r in runs.values())
+    after_samples = sorted({_samples_per_prompt(r) for r in runs.values()})
+    table = pass_rate_table(runs)
+    rates = table.to_string(formatters={c: (lambda v: f"{v:+.3f}") if c.endswith(" gain") else (lambda v: f"{v:.3f}")
+                                        for c in table.columns})
+    lines = [
+        f"shared start (step {start.step}: the warmed-up model, validated once by verl, in the {start.source} run "
+        "before its first update, for both methods): "
+        f"{s['pass rate']:.3f} ± {s['pass rate ±']:.3f} (95% CI; {start.prompts} held-out prompts x "
+        f"{start.samples_per_prompt} responses at T=1; from sampling the responses alone ± "
+        f"{s['pass rate ± sampling']:.3f}), in format {s['in format']:.2f}",
+        "",
+        f"held-out pass rate (T=1) per family: the shared start, after training (step {last}, "
+        f"{'/'.join(map(str, after_samples))} responses per prompt) and the gain from the start",
+        rates,
+        "",
+        stats_table(runs).to_string(),
+    ]
+    if {"grpo", "bv_blend"} <= set(runs):
+        diff, half = method_difference(runs)
+        lines += ["", f"bv_blend - grpo after training, paired by prompt (= the difference of the gains, the start "
+                      f"being shared): {diff:+.3f} ± {half:.3f}"]
+    return "\n".join(lines)
+
+
+def demo_summary(runs: dict[str, RunRecord]) -> dict:
+    """summary.json's numbers: the shared start, each run's summary (gain from the start), the methods' difference."""
+    out: dict = {"start": shared_start(runs).summary(), "runs": {m: r.summary() for m, r in runs.items()}}
+    if {"grpo", "bv_blend"} <= set(runs):
+        diff, half = method_difference(runs)
+        out["bv_blend - grpo after"] = {"difference": diff, "difference ±": half}
+    return out
 
 
 def plot_runs(runs: dict[str, RunRecord], out_png: Path) -> Path:
     """Held-out pass rate over steps (95% band over prompts) beside the effective signal ratio, one line per
-    method; a third panel shows each family's held-out pass rate."""
+    method, every line starting from the shared start (drawn once, black, with its interval); a third panel shows
+    each family's held-out pass rate."""
+    start = shared_start(runs)
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (method, run) in enumerate(runs.items()):
@@ -292,6 +455,9 @@ def plot_runs(runs: dict[str, RunRecord], out_png: Path) -> Path:
         for j, family in enumerate(c for c in run.validation.columns if c != OVERALL):
             axes[2].plot(steps, run.validation[family], color=colors[j % len(colors)],
                          linestyle="-" if i == 0 else "--", label=f"{family} ({method})")
+    rate, half0 = pass_rate_ci(start.samples, start.step)
+    axes[0].errorbar([start.step], [rate], yerr=[half0], fmt="s", color="black", capsize=4, zorder=5,
+                     label=f"shared start ({start.samples_per_prompt} responses/prompt)")
     titles = ["held-out pass rate, T=1 (band: 95% over prompts)", "effective signal ratio (groups with signal)",
               "held-out pass rate per family"]
     for ax, title in zip(axes, titles, strict=True):

@@ -1,7 +1,11 @@
-"""The demo's verl overrides compose with verl's real config (every key exists, values parse), and the settings
-checks that run before any expensive work."""
+"""The demo's verl overrides compose with verl's real config (every key exists, values parse), the settings checks
+that run before any expensive work, and the demo's stages end to end with verl replaced by run folders written like
+verl writes them (tests/demo/_fake_run.py)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -10,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
 from bv_blend.demo import reward
 from bv_blend.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
+from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
 
 def _compose(overrides: list[str]):
@@ -39,6 +44,55 @@ def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):
     assert trainer.total_training_steps == s.steps and trainer.save_freq == -1
     defaults = _compose(verl_overrides(s, "bv_blend", prepared, tmp_path / "run"))
     assert (defaults.actor_rollout_ref.rollout.n, defaults.data.train_batch_size) == (s.n, s.batch)
+
+
+def test_the_second_run_skips_its_validation_before_training_and_nothing_else_changes(tmp_path):
+    s = DemoSettings(work_dir=tmp_path)
+    prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
+                        codebook=tmp_path / "codebook.npz")
+    first = _compose(verl_overrides(s, "grpo", prepared, tmp_path / "run"))
+    second = _compose(verl_overrides(s, "grpo", prepared, tmp_path / "run", val_before_train=False))
+    assert (first.trainer.val_before_train, second.trainer.val_before_train) == (True, False)
+    second.trainer.val_before_train = True
+    assert first == second  # the same validation: file, sampling, responses per prompt, scorer
+    assert first.actor_rollout_ref.rollout.val_kwargs.n == s.val_samples == 8
+
+
+def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, monkeypatch):
+    """run_demo's stages with a fake verl: the first run validates before training (the shared start), the second
+    does not, and table.txt and summary.json report both methods' gains from the shared start."""
+    from bv_blend.cpu import launch
+    from bv_blend.demo import pipeline
+
+    prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
+                        question_family=QUESTION_FAMILY)
+    monkeypatch.setattr(pipeline, "prepare", lambda s: prepared)
+    runs: list[dict[str, str]] = []
+
+    def fake_run_trainer(overrides, log_path, metrics_path, timeout_s):
+        o = dict(item.lstrip("+").split("=", 1) for item in overrides)
+        runs.append(o)
+        folder = Path(o["trainer.validation_data_dir"]).parent
+        assert metrics_path == folder / "metrics.jsonl"
+        write_fake_run(folder, o["algorithm.adv_estimator"], own_start=o["trainer.val_before_train"] == "true")
+        log_path.write_text("fake\n")
+        return 0
+
+    monkeypatch.setattr(launch, "run_trainer", fake_run_trainer)
+    s = DemoSettings(work_dir=tmp_path, steps=4, test_freq=2, val_samples=2)
+    table = pipeline.run_demo(s)
+    assert [(r["trainer.experiment_name"], r["trainer.val_before_train"], r["actor_rollout_ref.rollout.val_kwargs.n"])
+            for r in runs] == [("grpo", "true", "2"), ("bv_blend", "false", "2")]
+    assert (tmp_path / "table.txt").read_text().split("\n", 1)[1] == table + "\n"
+    assert table.startswith("shared start (step 0: the warmed-up model, validated once by verl, in the grpo run")
+    assert "gain from start (95% CI)" in table
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["start"]["pass rate"] == 0.375 and summary["start"]["samples per prompt"] == 2
+    assert summary["runs"]["grpo"]["val before"] == summary["runs"]["bv_blend"]["val before"] == 0.375
+    assert summary["runs"]["grpo"]["gain"] == 0.5 and summary["runs"]["bv_blend"]["gain"] == 0.25
+    assert summary["runs"]["bv_blend"]["shared start"] == 1.0
+    assert summary["bv_blend - grpo after"]["difference"] == -0.25
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
 def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):
