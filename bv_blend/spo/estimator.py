@@ -154,8 +154,9 @@ class SPOEstimator:
         n_eff_row = np.where(rows.valid, (alpha + beta)[visit_of_row] if visit_keys else 0.0, 0.0)
         centred = np.where(rows.valid, rows.reward - p_hat_row, 0.0)
 
-        # (3) Batch normalisation over the call's valid rows (all ranks' rows when syncing).
-        sums = np.array([centred.sum(), rows.valid.sum(), p_hat_row.sum(), n_eff_row.sum(), 0.0])
+        # (3) Batch normalisation over the call's valid rows (all ranks' rows when syncing). Exactly rounded sums
+        # (fsum): the order of the rows and the padding rows cannot change the last bit.
+        sums = np.array([math.fsum(centred), rows.valid.sum(), math.fsum(p_hat_row), math.fsum(n_eff_row), 0.0])
         if sync:
             sums = all_reduce(torch.from_numpy(sums)).numpy()
             if sums[4]:
@@ -163,7 +164,7 @@ class SPOEstimator:
                                  "changed its SPO tracker. Fix that input and call again on every rank.")  # fmt: skip
         total, count = sums[0], sums[1]
         mean = total / max(count, 1.0)
-        squares = np.array([np.where(rows.valid, (centred - mean) ** 2, 0.0).sum()])
+        squares = np.array([math.fsum(np.where(rows.valid, (centred - mean) ** 2, 0.0))])
         if sync:
             squares = all_reduce(torch.from_numpy(squares)).numpy()
         std = math.sqrt(squares[0] / (count - 1.0)) if count >= 2 else 0.0

@@ -71,10 +71,14 @@ def padded(rows: list[dict[str, Any]], key: str) -> torch.Tensor:
 
 
 def step_dataproto(rows: list[dict[str, Any]], with_extra_info: bool = True):
-    """The legacy trainer's view of a step: a ``DataProto`` with uid and extra_info in ``non_tensor_batch``."""
+    """The legacy trainer's view of a step: a ``DataProto`` with uid, raw_prompt and extra_info in
+    ``non_tensor_batch``."""
     from verl import DataProto
 
     non_tensors = {"uid": np.array([r["uid"] for r in rows], dtype=object)}
+    raw_prompts = np.empty(len(rows), dtype=object)
+    raw_prompts[:] = [r["raw_prompt"] for r in rows]  # lists of messages, one object per row (as verl holds them)
+    non_tensors["raw_prompt"] = raw_prompts
     if with_extra_info:
         non_tensors["extra_info"] = np.array([r["extra_info"] for r in rows], dtype=object)
     scores = padded(rows, "rm_scores")

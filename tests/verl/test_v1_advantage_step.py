@@ -253,3 +253,51 @@ def test_v1_ha_dw_counts_each_multi_output_session_once(transfer_queue):
                                    rtol=1e-6, atol=1e-7)  # fmt: skip
     assert metrics["ha_dw/batch_acc"] == pytest.approx(reference.metrics["ha_dw/batch_acc"])
     assert runtime.held("ha_dw").estimator.history.tolist() == reference.history.tolist()
+
+
+# ------------------------------------------------------------------------------- SPO and BV-Blend's prompt level
+@pytest.mark.parametrize(
+    ("estimator", "overrides"),
+    [
+        ("spo", ["algorithm.adv_estimator=spo"]),
+        ("bv_blend", [f"algorithm.bv_blend.num_clusters={K}", "algorithm.bv_blend.history_level=prompt_and_cluster"]),
+    ],
+)
+def test_v1_prompt_histories_get_each_rows_prompt_key_from_transfer_queue(transfer_queue, estimator, overrides):
+    """Two steps of the real V1 step (shuffled rows, verl's padding): the prompt keys come from each row's raw_prompt
+    in TransferQueue, by uid, and the written advantages equal the verl-free estimator's on the real rows (the second
+    step with the history of the first)."""
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from bv_blend import BVBlendConfig, SPOEstimator
+    from bv_blend.history.keys import prompt_key
+
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = compose_config([*overrides, "actor_rollout_ref.rollout.n=4"])
+    reference = SPOEstimator() if estimator == "spo" else BVBlendEstimator(K, BVBlendConfig(
+        history_level="prompt_and_cluster"))  # fmt: skip
+    for step in (4, 5):
+        rows = step_rows(step)
+        partition = f"history-{estimator}-{step}"
+        batch = _put_rows(random.Random(step).sample(rows, len(rows)), partition_id=partition)
+        batch = upsample_batch_to_divisible_size(batch, batch_multiple=8, eos_token_id=0)
+        batch = _put_old_log_probs(batch, partition_id=partition)
+        metrics: dict = {}
+        trainer._compute_advantage(batch, metrics)
+
+        uids = np.array([r["uid"] for r in rows], dtype=object)
+        keys = np.array([prompt_key(r["raw_prompt"]) for r in rows], dtype=object)
+        scores, mask = padded(rows, "rm_scores"), padded(rows, "response_mask")
+        if estimator == "spo":
+            expected, _ = reference.compute_token_level(scores, mask, uids, keys)
+        else:
+            clusters = torch.tensor([r["cluster"] for r in rows])
+            expected, _ = reference.compute_token_level(scores, mask, uids, clusters, prompt_keys=keys)
+        written = tq.kv_batch_get(keys=[r["key"] for r in rows], partition_id=partition,
+                                  select_fields=["advantages"])["advantages"].unbind()  # fmt: skip
+        for i, row in enumerate(rows):
+            torch.testing.assert_close(written[i], expected[i, : row["response_mask"].numel()], rtol=1e-6, atol=1e-7)
+        assert {k: metrics[k] for k in reference.metrics} == pytest.approx(reference.metrics, rel=1e-12)
+    prefix = "spo/prompts_tracked" if estimator == "spo" else "bv_blend/prompts_tracked"
+    assert metrics[prefix] == len(set(keys.tolist()))  # step_rows repeats its prompts: the second step revisited
