@@ -102,12 +102,11 @@ def unavailable_reason(arm: TokenArm, num_clusters: int = 5) -> str | None:
 
 
 def derived_reason(arm: TokenArm, num_clusters: int) -> str | None:
-    """A derived arm runs when one of its candidates does and the sampler (if it uses one) is there."""
+    """A derived arm runs when all of its candidates do and the sampler (if it uses one) is there."""
     if arm.sampler and (reason := sampler_missing()) is not None:
         return reason
-    if all(unavailable_reason(ARMS[key], num_clusters) is not None for key in arm.best_of):
-        return f"none of its candidates {list(arm.best_of)} is available"
-    return None
+    missing = [key for key in arm.best_of if unavailable_reason(ARMS[key], num_clusters) is not None]
+    return f"it takes the best of {list(arm.best_of)}, and {missing} cannot run yet" if missing else None
 
 
 def sampler_missing() -> str | None:

@@ -31,6 +31,7 @@ def frozen_settings(results: SuiteResults) -> dict[str, Any]:
                       "mean_start": float(np.mean([r.pass_rate[0] for r in runs])),
                       "eval_steps": runs[0].eval_steps,
                       "mean_curve": [float(v) for v in np.mean([r.pass_rate for r in runs], axis=0)]})
+    runs = [r for rate in suite.lrs for r in results.runs(REFERENCE, rate)]
     return {
         "lr": lr,
         "steps": selection.choose_steps(steps, curve, every, horizon),
@@ -44,5 +45,9 @@ def frozen_settings(results: SuiteResults) -> dict[str, Any]:
             "table": table,
             "still_improving": {str(t): selection.still_improving(steps, curve, t)
                                 for t in range(4 * every, horizon + 1, 4 * every)},
+            # what a run of GRPO n=8 cost here: the full suite's time projection scales it
+            "cpu_seconds_per_run": float(np.mean([r.info.get("cpu_seconds", np.nan) for r in runs])),
+            "wall_seconds_per_run": float(np.mean([r.train_seconds + r.eval_seconds for r in runs])),
+            "eval_seconds_per_run": float(np.mean([r.eval_seconds for r in runs])),
         },
     }

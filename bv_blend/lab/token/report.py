@@ -17,6 +17,7 @@ import numpy as np
 from bv_blend.demo.task import FAMILIES
 from bv_blend.lab.token import plots, stats
 from bv_blend.lab.token.arms import ARMS, REFERENCE, TokenArm
+from bv_blend.lab.token.guide import guide
 from bv_blend.lab.token.runner import SuiteResults, final_values
 from bv_blend.lab.token.selection import __doc__ as RULES
 from bv_blend.lab.token.suites import FROZEN, LR_SWEEP_FACTORS, load_frozen
@@ -43,7 +44,8 @@ def write_report(results: SuiteResults, info: RunInfo | None, path: Path, frozen
     else:
         lines += _frozen_section(frozen if frozen is not None else _frozen_or_none(),
                                  "Settings frozen before the first comparison")
-        lines += _comparison(results, path) + _lr_check(results) + _definitions()
+        lines += _comparison(results, path) + _lr_check(results) + guide(results.suite, frozen or _frozen_or_none())
+        lines += _definitions()
     if results.failures:
         lines += ["## Failed runs", "", *[f"- `{name}`: `{e.strip().splitlines()[-1]}`"
                                           for name, e in results.failures.items()], ""]
@@ -57,15 +59,19 @@ def _frozen_or_none() -> dict | None:
 
 def _header(results: SuiteResults, info: RunInfo | None) -> list[str]:
     suite = results.suite
-    wanted = len(suite.arms) * len(suite.seeds) * (len(suite.lrs) if suite.name == "select" else 1)
-    finished = sum(len(results.runs(k, lr)) for k in suite.arms for lr in suite.lrs)
+    runnable = [k for k in suite.arms if k not in results.unavailable]
+    wanted = len(runnable) * len(suite.seeds) * len(suite.lrs)
+    finished = sum(len(results.runs(k, lr)) for k in runnable for lr in suite.lrs)
     lines = [f"# Token-level lab: the `{suite.name}` suite", ""]
     if info is not None:
         lines += [f"Last command: `{info.command}` ({info.date}), {info.wall_seconds / 60:.1f} min wall with "
                   f"{info.jobs} worker process(es). Machine: {info.machine}. {info.versions}.", ""]
-    status = "complete" if finished == wanted else f"**partial: {finished} of {wanted} runs finished**"
-    lines += [f"Runs of the comparison: {finished} of {wanted} ({status}; unavailable arms are not counted as "
-              "missing runs, and each run is saved when it finishes: rerunning the same command resumes).", "",
+    if finished == 0:
+        status = "**not run yet**: this page shows the settings, the arms and the frozen settings"
+    else:
+        status = "complete" if finished == wanted else f"**partial: {finished} of {wanted} runs finished**"
+    lines += [f"Runs: {finished} of {wanted} ({status}). The {len(results.unavailable)} unavailable arm(s) are "
+              "not counted; each run is saved when it finishes, and rerunning the same command resumes.", "",
               "What this is: the demo's tiny Qwen2 (bv_blend/demo: model, tokenizer, warm-up, arithmetic task, "
               "held-out split, verl's GSM8K verifier) trained with RL, one arm per estimator, every advantage "
               "computed by verl's registered estimator through `bv_blend.verl.offline.compute_advantages` "
@@ -98,8 +104,10 @@ def _settings(results: SuiteResults) -> list[str]:
     if runs:
         per_eval = np.sum([r.eval_seconds for r in runs]) / np.sum([len(r.eval_steps) for r in runs])
         total = np.mean([r.train_seconds + r.eval_seconds for r in runs])
+        cpu = np.mean([r.info.get("cpu_seconds", np.nan) for r in runs])
         share = np.sum([r.eval_seconds for r in runs]) / np.sum([r.train_seconds + r.eval_seconds for r in runs])
-        lines += [f"Cost, measured over the {len(runs)} finished runs: {total:.0f} s a run on average, of which "
+        lines += [f"Cost, measured over the {len(runs)} finished runs: {total:.0f} s wall ({cpu:.0f} s CPU) a run "
+                  "on average, of which "
                   f"evaluation {share:.0%} ({per_eval:.1f} s per evaluation of {s.val_prompts} x {s.eval_samples} "
                   f"responses, {len(s.eval_steps())} evaluations a run); the advantage computation "
                   f"{np.sum([r.advantage_seconds for r in runs]) / np.sum([r.train_seconds for r in runs]):.1%} "

@@ -103,7 +103,12 @@ def collect(suite: Suite, out: Path, lr_sweep: str | None = None) -> SuiteResult
         arm = ARMS[key]
         if not arm.best_of or key in results.unavailable:
             continue
-        candidates = [c for c in arm.best_of if c not in results.unavailable]
+        # every candidate must have run: resolving among fewer would change the arm when the others land
+        missing = [c for c in arm.best_of if c in results.unavailable]
+        if missing:
+            results.pending[key] = f"it takes the best of {list(arm.best_of)}, and {missing} cannot run yet"
+            continue
+        candidates = list(arm.best_of)
         unfinished = [c for c in candidates if not results.complete(c)]
         if unfinished:
             results.pending[key] = f"the runs of {unfinished} are not all finished (it takes the best of them)"

@@ -2,9 +2,11 @@
 
 Seeds pair the arms: seed s of every arm sees the same prompt order and the same evaluation draws, so each
 interval comes from resampling *seeds* (the rows of every arm's curves together), the percentile bootstrap over
-runs that rliable's ``StratifiedBootstrap`` does for one task (run by ``scipy.stats.bootstrap``: rliable's own
-``get_interval_estimates`` cannot run next to pandas 3, see docs/lab_token.md, "Statistics"). The probability of
-improvement is rliable's (``rliable.metrics.probability_of_improvement``).
+runs that rliable's ``StratifiedBootstrap`` does for one task, 2000 resamples. It is run by
+``scipy.stats.bootstrap`` because rliable's own ``get_interval_estimates`` cannot run in this environment: rliable
+1.2 pins arch < 8, arch 7 fails to import under pandas 3 (pandas changed ``deprecate_kwarg``), and arch 8 rejects
+the ``random_state`` rliable passes it. The probability of improvement P(arm > reference) on final values is
+rliable's (``rliable.metrics.probability_of_improvement``, which needs no arch), with a bootstrap CI over runs.
 
 **Rollouts to reach the reference.** The target is the reference's final held-out pass rate (the seed mean at its
 last evaluation). An arm's rollouts to reach it are read off its seed-mean curve over rollouts consumed (step x
