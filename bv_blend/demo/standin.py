@@ -89,7 +89,12 @@ def grpo_advantages(scores: torch.Tensor, n: int, epsilon: float = 1e-6) -> torc
 
 def policy_gradient_step(model: Qwen2ForCausalLM, optimizer: torch.optim.Optimizer, rollouts: Rollouts,
                          advantages: torch.Tensor) -> float:
-    """One on-policy step of the token-mean policy-gradient loss; returns the loss."""
+    """One on-policy step of the token-mean policy-gradient loss; returns the loss.
+
+    ``advantages`` is one value per response (B,) or verl's token-level tensor (B, R), as its estimators return it.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
     model.train()
     width = rollouts.prompt_mask.shape[1]
     mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], 1)
@@ -98,7 +103,7 @@ def policy_gradient_step(model: Qwen2ForCausalLM, optimizer: torch.optim.Optimiz
     log_probs = torch.log_softmax(logits[:, width - 1:-1].float(), -1)
     token_log_probs = log_probs.gather(-1, rollouts.sequences[:, width:, None]).squeeze(-1)
     response_mask = rollouts.response_mask.float()
-    loss = -(advantages[:, None] * token_log_probs * response_mask).sum() / response_mask.sum()
+    loss = -(advantages.float() * token_log_probs * response_mask).sum() / response_mask.sum()
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

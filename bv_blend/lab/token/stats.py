@@ -1,0 +1,117 @@
+"""The report's numbers over seeds: bands, paired differences, the rollouts to reach the reference, with 95% CIs.
+
+Seeds pair the arms: seed s of every arm sees the same prompt order and the same evaluation draws, so each
+interval comes from resampling *seeds* (the rows of every arm's curves together), the percentile bootstrap over
+runs that rliable's ``StratifiedBootstrap`` does for one task, 2000 resamples. It is run by
+``scipy.stats.bootstrap`` because rliable's own ``get_interval_estimates`` cannot run in this environment: rliable
+1.2 pins arch < 8, arch 7 fails to import under pandas 3 (pandas changed ``deprecate_kwarg``), and arch 8 rejects
+the ``random_state`` rliable passes it. The probability of improvement P(arm > reference) on final values is
+rliable's (``rliable.metrics.probability_of_improvement``, which needs no arch), with a bootstrap CI over runs.
+
+**Rollouts to reach the reference.** The target is the reference's final held-out pass rate (the seed mean at its
+last evaluation). An arm's rollouts to reach it are read off its seed-mean curve over rollouts consumed (step x
+rollouts a step): the first point where the curve, linearly interpolated between evaluations, reaches the target.
+The ratio is that over the reference's own (the reference reaches its final value at its last evaluation, or
+earlier if its curve passed it before). An arm that never reaches the target within the run has a ratio above
+its total rollouts / the reference's, reported as "> 1.00x (not reached)" at equal budgets; in a bootstrap
+resample that never reaches it, the ratio is infinite, and an interval bound that is infinite reads "not reached".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+NOT_REACHED = 1e12  # stands for "never reached" inside the bootstrap (percentiles of inf can be NaN)
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    low: float
+    high: float
+
+
+def bootstrap_seeds(statistic: Callable[[np.ndarray], float], seeds: int, seed: int = 0) -> tuple[float, float]:
+    """Percentile 95% CI of ``statistic(indices)`` over resamples of ``seeds`` seed indices (paired resampling)."""
+    if seeds < 2:
+        return float("nan"), float("nan")
+    with np.errstate(all="ignore"):
+        result = stats.bootstrap((np.arange(seeds),), statistic, vectorized=False, n_resamples=RESAMPLES,
+                                 confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def mean_interval(values: np.ndarray) -> Interval:
+    values = np.asarray(values, dtype=np.float64)
+    low, high = bootstrap_seeds(lambda i: float(values[i].mean()), len(values))
+    return Interval(float(values.mean()), low, high)
+
+
+def band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seed mean of (seeds, points) curves and its 95% CI at every point."""
+    mean = curves.mean(0)
+    if len(curves) < 2:
+        return mean, mean.copy(), mean.copy()
+    with np.errstate(all="ignore"):
+        result = stats.bootstrap((curves,), np.mean, axis=0, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
+                                 method="percentile", rng=np.random.default_rng(0))
+    return mean, np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high)
+
+
+def crossing(x: np.ndarray, curve: np.ndarray, target: float) -> float:
+    """First x at which ``curve`` (linear between points) reaches ``target``; inf if it never does."""
+    if curve[0] >= target:
+        return float(x[0])
+    for i in range(1, len(curve)):
+        if curve[i] >= target:
+            share = (target - curve[i - 1]) / (curve[i] - curve[i - 1])
+            return float(x[i - 1] + share * (x[i] - x[i - 1]))
+    return float("inf")
+
+
+def reach_ratio(arm: np.ndarray, reference: np.ndarray, x_arm: np.ndarray, x_reference: np.ndarray) -> float:
+    """Rollouts for the seed-mean curve of ``arm`` to reach the reference's final value, over the reference's."""
+    mean = reference.mean(0)
+    target = mean[-1]  # from the same mean curve: the reference reaches it exactly, not 1 ulp short
+    ref_rollouts = crossing(x_reference, mean, target)
+    if ref_rollouts == 0:
+        return float("nan")  # the reference starts at its final value: no rollouts to compare
+    return crossing(x_arm, arm.mean(0), target) / ref_rollouts
+
+
+def reach_interval(arm: np.ndarray, reference: np.ndarray, x_arm: np.ndarray, x_reference: np.ndarray) -> Interval:
+    """:func:`reach_ratio` with its paired bootstrap CI (rows of ``arm`` and ``reference`` are the same seeds)."""
+
+    def statistic(i: np.ndarray) -> float:
+        value = reach_ratio(arm[i], reference[i], x_arm, x_reference)
+        return NOT_REACHED if value == float("inf") else value
+
+    low, high = bootstrap_seeds(statistic, len(arm))
+    return Interval(reach_ratio(arm, reference, x_arm, x_reference), *(float("inf") if b >= NOT_REACHED / 10 else b
+                                                                        for b in (low, high)))
+
+
+def paired_difference(values: np.ndarray, reference: np.ndarray) -> Interval:
+    """Mean per-seed difference and its paired bootstrap CI."""
+    return mean_interval(np.asarray(values, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
+
+
+def probability_of_improvement(values: np.ndarray, reference: np.ndarray) -> Interval:
+    """rliable's P(arm > reference) on final values (Mann-Whitney over runs), with a bootstrap CI over runs."""
+    from rliable import metrics
+
+    x, y = np.asarray(values, dtype=np.float64)[:, None], np.asarray(reference, dtype=np.float64)[:, None]
+    value = float(metrics.probability_of_improvement(x, y))
+    if len(x) < 2 or len(y) < 2:
+        return Interval(value, float("nan"), float("nan"))
+    with np.errstate(all="ignore"):
+        result = stats.bootstrap((x[:, 0], y[:, 0]), lambda a, b: metrics.probability_of_improvement(a[:, None],
+                                 b[:, None]), vectorized=False, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
+                                 method="percentile", rng=np.random.default_rng(0))
+    return Interval(value, float(result.confidence_interval.low), float(result.confidence_interval.high))

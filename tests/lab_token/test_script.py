@@ -1,0 +1,50 @@
+"""scripts/lab_token.py rejects bad arguments before any expensive work, and the full suite runs on the frozen
+settings (bv_blend/lab/token/frozen.json)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from bv_blend.lab.token import suites
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "lab_token.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("script_lab_token", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--suite", "select", "--lr-sweep"], "--lr-sweep is for the comparison suites"),
+        (["--lr-sweep", "no_such_arm"], "not an arm key"),
+        (["--report-only"], "needs"),
+        (["--suite", "medium"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_fail_at_once(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _script().parse_args(["--out", str(tmp_path / "never"), *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "never" / "runs").exists()
+
+
+def test_the_full_suite_runs_on_the_frozen_settings():
+    frozen = suites.load_frozen()
+    suite = suites.full()
+    assert suite.lr == frozen["lr"] and suite.settings.steps == frozen["steps"]
+    assert suite.seeds == tuple(range(20)) and not set(suite.seeds) & set(frozen["selection"]["seeds"])
+    assert frozen["selection"]["arm"] == "grpo8" and suite.report == "docs/lab_token.md"
+
+
+def test_a_missing_frozen_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--suite select"):
+        suites.load_frozen(tmp_path / "frozen.json")
