@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from bv_blend.verl.channel import advantage_step
 
 from bv_blend.lab.token import run as run_module
 from bv_blend.lab.token.advantages import TokenAdvantages, token_level_rewards
 from bv_blend.lab.token.arms import ARMS
 from bv_blend.verl import offline
-from bv_blend.verl.context import batch_context
 from tests.lab_token.conftest import TINY
 
 
@@ -36,7 +36,7 @@ def _verl_advantages(steps: list[dict], adv_estimator: str) -> list[torch.Tensor
             non_tensors={"uid": step["uids"]},
         )
         clusters = {str(u): int(c) for u, c in zip(step["uids"], step["cluster_ids"], strict=True)}
-        with batch_context(cluster_map=clusters):  # what the bv_blend trainer hooks publish around the call
+        with advantage_step(cluster_map=clusters):  # what the bv_blend trainer hooks publish around the call
             data = compute_advantage(data, adv_estimator, gamma=algorithm.gamma, lam=algorithm.lam,
                                      norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, config=algorithm)
         out.append(data.batch["advantages"])

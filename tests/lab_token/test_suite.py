@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bv_blend.lab.token import arms
 from bv_blend.lab.token import run as run_module
 from bv_blend.lab.token import runner
 from bv_blend.lab.token.report import write_report
@@ -17,7 +18,13 @@ from bv_blend.lab.token.store import SettingsMismatch, Store, run_name
 from bv_blend.lab.token.suites import Suite
 from tests.lab_token.conftest import TINY
 
-SUITE = Suite("quick", TINY, ("grpo8", "bv2", "rpp1", "spo1", "bv2_best_sampler"), (0, 1), (1e-4,))
+SUITE = Suite("quick", TINY, ("grpo8", "bv2", "rpp1", "ghost"), (0, 1), (1e-4,))
+
+
+@pytest.fixture(autouse=True)
+def ghost_arm(monkeypatch):
+    """An arm whose estimator this installation does not have: reported as unavailable, the rest runs."""
+    monkeypatch.setitem(arms.ARMS, "ghost", arms.TokenArm("ghost", "ghost estimator", "no_such_estimator", n=1))
 
 
 @pytest.fixture()
@@ -43,7 +50,7 @@ def test_a_suite_runs_resumes_and_reports(out, random_scores, monkeypatch):
     calls = _count_runs(monkeypatch)
     results = runner.run_suite(SUITE, out, jobs=1, log=lambda line: None)
     assert sorted(calls) == [(k, s) for k in ("bv2", "grpo8", "rpp1") for s in (0, 1)]
-    assert set(results.unavailable) == {"spo1", "bv2_best_sampler"}
+    assert set(results.unavailable) == {"ghost"}
     assert all(len(results.runs(k)) == 2 for k in ("grpo8", "bv2", "rpp1"))
     assert len(list((out / "runs").glob("*.json"))) == 6 and not list((out / "runs").glob(".*"))
 
@@ -59,7 +66,7 @@ def test_a_suite_runs_resumes_and_reports(out, random_scores, monkeypatch):
     text = path.read_text()
     for label in ("GRPO n=8", "BV-Blend n=2 (cluster history)", "REINFORCE++ n=1 (batch baseline)"):
         assert f"| {label} | 2 |" in text
-    assert "unavailable: verl has no advantage estimator 'spo'" in text
+    assert "unavailable: verl has no advantage estimator 'no_such_estimator'" in text
     assert "rollouts to reach" in text and "Settings frozen before the first comparison" in text
     assert (out / "lab_token_curves.png").stat().st_size > 0 and (out / "lab_token_differences.png").is_file()
 

@@ -35,7 +35,6 @@ class TokenArm:
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     n: int = 8
     sampler: bool = False  # each step's prompts drawn by the prompt sampler instead of in shuffled order
-    keeps_history: bool = False  # carries state between steps: reset at the start of a run
     # A derived arm: after the comparison's other runs, it takes the estimator and options of the best of these
     # arms (highest seed-mean final held-out pass rate; runner.resolve_derived), with its own n and sampler.
     best_of: tuple[str, ...] = ()
@@ -60,7 +59,7 @@ class TokenArm:
     def resolved(self, winner: TokenArm) -> TokenArm:
         """A derived arm with the estimator and options of ``winner``."""
         return replace(self, adv_estimator=winner.adv_estimator, options=dict(winner.options),
-                       keeps_history=winner.keeps_history, best_of=())
+                       best_of=())
 
     def describe(self) -> dict[str, Any]:
         """What determines this arm's runs (stored in each result file, compared on resume)."""
@@ -69,7 +68,7 @@ class TokenArm:
 
 
 def bv_blend(key: str, label: str, n: int, sampler: bool = False, **options: Any) -> TokenArm:
-    return TokenArm(key, label, "bv_blend", {"bv_blend": options}, n=n, sampler=sampler, keeps_history=True)
+    return TokenArm(key, label, "bv_blend", {"bv_blend": options}, n=n, sampler=sampler)
 
 
 REFERENCE = "grpo8"
@@ -79,9 +78,9 @@ ARMS: dict[str, TokenArm] = {arm.key: arm for arm in (
     bv_blend("bv8", "BV-Blend n=8 (defaults)", n=8),  # the paper's shape, with its defaults
     bv_blend("bv2", "BV-Blend n=2 (cluster history)", n=2),
     bv_blend("bv2_prompt", "BV-Blend n=2, history_level=prompt_and_cluster", n=2, history_level="prompt_and_cluster"),
-    TokenArm("spo1", "SPO n=1", "spo", n=1, keeps_history=True),
-    TokenArm("spo1_sampler", "SPO n=1 + sampler", "spo", n=1, sampler=True, keeps_history=True),
-    TokenArm("bv2_best_sampler", "best BV-Blend n=2 + sampler", "bv_blend", n=2, sampler=True, keeps_history=True,
+    TokenArm("spo1", "SPO n=1", "spo", n=1),
+    TokenArm("spo1_sampler", "SPO n=1 + sampler", "spo", n=1, sampler=True),
+    TokenArm("bv2_best_sampler", "best BV-Blend n=2 + sampler", "bv_blend", n=2, sampler=True,
              best_of=("bv2", "bv2_prompt")),
     TokenArm("rpp1", "REINFORCE++ n=1 (batch baseline)", "reinforce_plus_plus", n=1),  # optional in the issue
 )}
@@ -94,31 +93,13 @@ def unavailable_reason(arm: TokenArm, num_clusters: int = 5) -> str | None:
     name = arm.adv_estimator
     if name not in offline.registered_estimators():
         return f"verl has no advantage estimator {name!r} registered in this installation"
-    if arm.keeps_history and name not in offline.HISTORY_RESETS:
-        return f"{name!r} keeps a history but bv_blend.verl.offline.HISTORY_RESETS has no reset for it"
-    if arm.sampler and (reason := sampler_missing()) is not None:
-        return reason
     return _probe(arm, num_clusters)
 
 
 def derived_reason(arm: TokenArm, num_clusters: int) -> str | None:
-    """A derived arm runs when all of its candidates do and the sampler (if it uses one) is there."""
-    if arm.sampler and (reason := sampler_missing()) is not None:
-        return reason
+    """A derived arm runs when all of its candidates do."""
     missing = [key for key in arm.best_of if unavailable_reason(ARMS[key], num_clusters) is not None]
     return f"it takes the best of {list(arm.best_of)}, and {missing} cannot run yet" if missing else None
-
-
-def sampler_missing() -> str | None:
-    """None when the prompt sampler's functions are installed (pool.sampled_prompts calls them)."""
-    try:
-        from bv_blend.history import sampler
-    except ImportError as error:
-        return f"the prompt sampler is not in this installation ({error})"
-    missing = [name for name in ("prompt_weights", "draw") if not hasattr(sampler, name)]
-    if not hasattr(offline, "success_estimates"):
-        missing.append("bv_blend.verl.offline.success_estimates")
-    return f"the prompt sampler lacks {missing}" if missing else None
 
 
 def _probe(arm: TokenArm, num_clusters: int) -> str | None:

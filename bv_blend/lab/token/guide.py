@@ -4,7 +4,7 @@ pool, the evaluation and the statistics. Numbers come from the suite's settings 
 from __future__ import annotations
 
 from bv_blend.lab.token.arms import ARMS
-from bv_blend.lab.token.suites import FROZEN, LR_SWEEP_FACTORS, Suite, full, quick, select
+from bv_blend.lab.token.suites import LR_SWEEP_FACTORS, Suite, full, quick, select
 
 # Measured with /usr/bin/time from a fresh folder (warm-up included), 5 available arms, --jobs 2.
 QUICK_MEASURED = ("measured: 8.4 min wall on the 2-core machine shared with other jobs, 5.6 min of CPU: ~3 min on 2 "
@@ -26,7 +26,7 @@ def guide(suite: Suite, frozen: dict | None) -> list[str]:
              "options or extra arguments the shipped code rejects, is listed as unavailable with the reason "
              "(found by sending a two-prompt batch through the same call the runs make) and the others run; "
              "once that code lands, rerunning the same command runs just those arms.", ""]
-    lines += _suites(frozen) + _pool(suite) + _evaluation(suite, frozen) + _waiting()
+    lines += _suites(frozen) + _pool(suite) + _evaluation(suite, frozen)
     return lines
 
 
@@ -122,21 +122,3 @@ def _costs(frozen: dict) -> tuple[float, float] | None:
         return None
     share = sel.get("eval_seconds_per_run", 0.0) / wall
     return cpu * (1 - share) / sel["steps"], cpu * share / (sel["steps"] // sel["eval_every"] + 1)
-
-
-def _waiting() -> list[str]:
-    return ["### Arms waiting for code that is being written", "",
-            "- `spo` (arms spo1, spo1_sampler) must be registered in verl's estimator registry and, since it keeps "
-            "a per-prompt history, have a reset in `bv_blend.verl.offline.HISTORY_RESETS`.",
-            "- `prompt_keys`: the lab passes `prompt_keys=<np.ndarray of str, one per row>` (each row's question "
-            "text, the same for every visit of a pool problem) to `bv_blend.verl.offline.compute_advantages`, "
-            "only for spo and for bv_blend with `history_level` in prompt/prompt_and_cluster (advantages.py).",
-            "- `history_level` (arm bv2_prompt): `algorithm.bv_blend.history_level=prompt_and_cluster`.",
-            "- The sampler (arms with sampler=yes): pool.sampled_prompts calls "
-            "`bv_blend.verl.offline.success_estimates(algorithm, prompt_keys, cluster_ids)` on the whole pool "
-            "(one key and cluster per pool problem), `bv_blend.history.sampler.prompt_weights(p_hat)` and "
-            "`bv_blend.history.sampler.draw(weights, prompts_per_step, numpy_generator)` (distinct pool indices). "
-            "That path is not tested yet.",
-            "- The derived arm bv2_best_sampler takes the options of the better of bv2 and bv2_prompt "
-            "(selection.py) once both have finished; it waits until both can run (resolving it among fewer would "
-            f"change it when the other lands). The frozen settings are in bv_blend/lab/token/{FROZEN.name}.", ""]

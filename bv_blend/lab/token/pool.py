@@ -60,8 +60,8 @@ def sampled_prompts(algorithm: object, pool_keys: np.ndarray, pool_clusters: np.
 
     p_hat per prompt is the estimator's own success estimate from its history (bv_blend.verl.offline.
     success_estimates, keyed like the advantages: prompt key and cluster); the sampler weighs each prompt by
-    sqrt(p (1 - p)) + 0.05 (bv_blend.history.sampler.prompt_weights) and draws without replacement.
-    Not covered by the tests yet: those functions are being written (docs/lab_token.md, "Arms").
+    sqrt(p (1 - p)) + 0.05 (bv_blend.history.sampler.prompt_weights) and draws without replacement: the
+    same functions the verl sampler calls.
     """
     from bv_blend.history import sampler
     from bv_blend.verl import offline
