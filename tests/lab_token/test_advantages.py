@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from bv_blend.verl.channel import advantage_step
 
 from bv_blend.lab.token import run as run_module
 from bv_blend.lab.token.advantages import TokenAdvantages, token_level_rewards
 from bv_blend.lab.token.arms import ARMS
 from bv_blend.verl import offline
+from bv_blend.verl.channel import advantage_step
 from tests.lab_token.conftest import TINY
 
 

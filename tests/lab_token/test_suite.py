@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bv_blend.lab.token import arms
+from bv_blend.lab.token import arms, runner
 from bv_blend.lab.token import run as run_module
-from bv_blend.lab.token import runner
 from bv_blend.lab.token.report import write_report
 from bv_blend.lab.token.store import SettingsMismatch, Store, run_name
 from bv_blend.lab.token.suites import Suite
