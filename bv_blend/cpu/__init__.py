@@ -17,8 +17,8 @@ a launcher should set; :mod:`bv_blend.cpu.launch` is that launcher.
 
 - :mod:`~bv_blend.cpu.platform`: the ``cpu`` platform and its torch.cuda-shaped device module;
 - :mod:`~bv_blend.cpu.verl_patches`: three small patches of verl (backend string, vLLM's name, engine lookup);
-- :mod:`~bv_blend.cpu.rollout_patches`: vLLM computes with the live weights verl syncs, and a failed weight
-  sync ends the run instead of hanging it;
+- :mod:`~bv_blend.cpu.rollout_patches`: vLLM computes with the live weights verl syncs, a failed weight sync
+  ends the run instead of hanging it, and so does a vLLM engine that dies during generation, named as the cause;
 
 Each adaptation checks, when activated, that the code it works around still has the shape it was written for, and
 raises a ``CpuAdaptationWarning`` naming the installed versions when it does not. Hydra settings that CPU needs

@@ -1,0 +1,215 @@
+"""A vLLM engine that dies (tests/e2e/engine_faults.py) must end the run quickly, and say so.
+
+Each end-to-end test is one real run of verl's stock trainer on CPU (about 3.5 minutes on 2 cores) in which vLLM's
+engine core process is killed with SIGKILL, as the kernel's OOM killer would:
+
+- during step 2's generation, its requests in flight: the run must exit non-zero within two minutes of the kill,
+  name the cause in the CPU platform's own words (``RolloutEngineDied``, not only vLLM's and verl's tracebacks, one
+  per request), record no step after it, and leave no process behind. Without the CPU platform's engine-death check
+  (``BV_BLEND_CPU_ENGINE_DEATH_CHECK=0``) the run ends with verl's "no materializable trajectories. Enable
+  trainer.v1.sampler.sync_refill_failed_groups" instead, and the test fails;
+- between step 1's generation and step 2's: no request fails, and the next weight sync finds the dead worker. The
+  same within two minutes, with the weight-sync deadline's ``WeightSyncTimeout``; without its send timeout the
+  sync waits forever.
+
+The other tests check the adaptation's parts on verl's real classes, without a run (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from bv_blend.cpu import cpu_env, rollout_patches
+from bv_blend.cpu.checks import CpuAdaptationWarning
+from bv_blend.cpu.launch import processes_of_run, run_trainer
+from bv_blend.demo.report import read_metrics
+from tests.e2e._assets import CpuAssets
+from tests.e2e.engine_faults import FAULT_ENV, FAULT_STEP, INJECTED_FAULT
+
+REPO = Path(__file__).resolve().parents[2]
+FAIL_FAST_S = 120
+CAUSE = "vLLM engine died during generation"
+
+
+def _run_with_fault(assets: CpuAssets, fault: str) -> tuple[int, float, str, list[int], str]:
+    """One run with ``fault``: its exit code, the seconds from the kill (read from the live log) to the run's end,
+    its log, the steps verl recorded, and its run id."""
+    log, run_id = assets.work / f"{fault}.log", f"e2e-{fault}-{assets.work.name}"
+    seen: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:  # when did the engine core die?
+        while not done.is_set():
+            if log.is_file() and INJECTED_FAULT in log.read_text(errors="replace"):
+                seen["fault"] = time.monotonic()
+                return
+            time.sleep(0.5)
+
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    rc = run_trainer(
+        [*assets.overrides, f"trainer.total_training_steps={FAULT_STEP + 1}", "trainer.save_freq=-1",
+         f"trainer.default_local_dir={assets.work / fault / 'checkpoints'}"],
+        log_path=log, metrics_path=assets.work / f"{fault}.jsonl", timeout_s=900, run_id=run_id,
+        extra_env={FAULT_ENV: fault, "VERL_USE_EXTERNAL_MODULES": "tests.e2e.engine_faults", "PYTHONPATH": path},
+    )  # fmt: skip
+    ended = time.monotonic()
+    done.set()
+    watcher.join()
+    assert "fault" in seen, f"the engine core was never killed; see {log}"
+    took = ended - seen["fault"]
+    print(f"{fault}: the run exited {rc} {took:.1f} s after the engine core was killed")  # pytest -s or -rP
+    metrics = assets.work / f"{fault}.jsonl"
+    steps = list(read_metrics(metrics).index) if metrics.is_file() and metrics.read_text().strip() else []
+    return rc, took, log.read_text(errors="replace"), steps, run_id
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_an_engine_that_dies_during_generation_ends_the_run_quickly_and_names_the_cause(
+    cpu_assets: CpuAssets,
+) -> None:
+    rc, took, text, steps, run_id = _run_with_fault(cpu_assets, "kill_mid_generation")
+    assert rc != 0, "a run whose engine died must not exit 0"
+    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died"
+    assert "RolloutEngineDied" in text and CAUSE in text, "the run's error must name the cause"
+    assert "killed by SIGKILL" in text, "the error must say how the engine ended"
+    assert steps == list(range(1, FAULT_STEP)), f"steps recorded: {steps}; none may follow the death"
+    assert processes_of_run(run_id) == [], "processes of the run are still alive"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_an_engine_that_dies_between_generations_ends_the_run_at_the_next_weight_sync(cpu_assets: CpuAssets) -> None:
+    """No request fails, so the check above never runs: the weight sync meets the dead worker first. Its sender's
+    first send then has no receiver, which only the sync deadline's send timeout ends."""
+    rc, took, text, steps, run_id = _run_with_fault(cpu_assets, "kill_before_sync")
+    assert rc != 0, "a run whose engine died must not exit 0"
+    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died"
+    assert "WeightSyncTimeout" in text and "no receiver" in text, "the run's error must name the cause"
+    # verl logs a step after its closing weight sync (PPOTrainerSync.on_step_end): step 1 ends in the failed sync
+    assert steps == [], f"steps recorded: {steps}; step 1 ended in the sync that met the dead engine"
+    assert processes_of_run(run_id) == [], "processes of the run are still alive"
+
+
+# ----------------------------------------------------------------------------- the parts, on verl's real classes
+class _Engine:
+    def __init__(self, errored: bool, exits: dict[str, int]) -> None:
+        manager = types.SimpleNamespace(finished_procs=lambda: dict(exits))
+        self.errored = errored
+        self.engine_core = types.SimpleNamespace(resources=types.SimpleNamespace(engine_manager=manager))
+
+
+def test_engine_death_reports_how_the_engine_core_ended() -> None:
+    server = types.SimpleNamespace
+    assert rollout_patches.engine_death(server()) is None  # a server without an engine (an extra node)
+    assert rollout_patches.engine_death(server(engine=_Engine(False, {}))) is None
+    killed = rollout_patches.engine_death(server(engine=_Engine(True, {"EngineCore_DP0": -signal.SIGKILL})))
+    assert killed is not None and "EngineCore_DP0 was killed by SIGKILL" in killed and "OOM" in killed
+    failed = rollout_patches.engine_death(server(engine=_Engine(True, {"EngineCore_DP0": 1})))
+    assert failed is not None and "exited with code 1" in failed
+    assert "no exit code known" in str(rollout_patches.engine_death(server(engine=_Engine(True, {}))))
+
+
+def test_the_replay_buffer_checks_the_engines_once_per_new_failed_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's real ReplayBuffer, with TransferQueue's listing stood in for: the check runs on each new failed group
+    only, and a dead engine raises in the trainer's process."""
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    monkeypatch.setattr(
+        replay_buffer.ReplayBuffer, "_sync_metadata_from_transfer_queue",
+        replay_buffer.ReplayBuffer._sync_metadata_from_transfer_queue,
+    )  # fmt: skip
+    rollout_patches._patch_replay_buffer(replay_buffer)
+    rollout_patches._patch_replay_buffer(replay_buffer)  # idempotent: not wrapped twice
+    tags: dict[str, dict] = {"u1": {"is_prompt": True, "status": "running", "global_steps": 1}}
+    monkeypatch.setattr(replay_buffer.tq, "kv_list", lambda: {"train": tags})
+    checks: list[int] = []
+    deaths: list[str] = []
+    monkeypatch.setattr(rollout_patches, "_dead_engines", lambda: checks.append(1) or list(deaths))
+    buffer = replay_buffer.ReplayBuffer("sync", {}, None, "drop", {})
+
+    buffer._sync_metadata_from_transfer_queue()
+    assert checks == []  # nothing failed: the engines are not asked
+    tags["u1"]["status"] = "failure"
+    buffer._sync_metadata_from_transfer_queue()
+    buffer._sync_metadata_from_transfer_queue()
+    assert checks == [1]  # asked once for that group, and the engine lives: verl goes on as it would
+    tags["u2"] = {"is_prompt": True, "status": "failure", "global_steps": 1}
+    deaths.append("vLLM rollout server of replica 0, node 0: its process EngineCore_DP0 was killed by SIGKILL")
+    with pytest.raises(rollout_patches.RolloutEngineDied, match=f"{CAUSE}.*EngineCore_DP0 was killed by SIGKILL"):
+        buffer._sync_metadata_from_transfer_queue()
+
+
+PROBE = """
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import verl  # activates the CPU platform, as in every process of a run
+    from verl.trainer.ppo.v1 import replay_buffer
+    from verl.workers.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import vllm_async_server
+    replica = vllm_async_server.vLLMReplica(replica_rank=0, config=RolloutConfig(name="vllm"), model_config=None)
+from bv_blend.cpu import CpuAdaptationWarning, rollout_patches
+print("RESULT" + json.dumps({"kept": replica in rollout_patches._REPLICAS,
+    "buffer": getattr(replay_buffer.ReplayBuffer._sync_metadata_from_transfer_queue, "_bv_blend_cpu", False),
+    "warnings": [str(w.message) for w in caught if issubclass(w.category, CpuAdaptationWarning)]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_check_is_installed_on_verls_classes_in_a_run_process() -> None:
+    """A fresh process with the CPU platform's environment, as every process of a run: verl 0.9.1 has the shape the
+    check relies on (no warning), the replay buffer is patched and each vLLM replica is kept for the check."""
+    out = subprocess.run([sys.executable, "-c", PROBE], env=cpu_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT") :])
+    assert result == {"kept": True, "buffer": True, "warnings": []}
+
+
+def test_the_check_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rollout_patches.engine_check_enabled()
+    monkeypatch.setenv(rollout_patches.ENGINE_CHECK_ENV, "0")
+    assert not rollout_patches.engine_check_enabled()
+
+
+def test_a_changed_verl_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-ins for a future verl without the shape the check relies on: each warns and is left alone."""
+
+    class FutureReplayBuffer:
+        def _sync_metadata_from_transfer_queue(self) -> None:
+            self.groups = {}
+
+        def sample(self) -> None:
+            self._sync_metadata_from_transfer_queue()
+
+        def wait_for_sampleable(self) -> None:
+            self._sync_metadata_from_transfer_queue()
+
+    future_buffer = types.ModuleType("future_replay_buffer")
+    future_buffer.ReplayBuffer = FutureReplayBuffer
+    with pytest.warns(CpuAdaptationWarning, match="engine-death check.*ReplayBuffer no longer collects failed groups"):
+        rollout_patches._patch_replay_buffer(future_buffer)
+    assert not getattr(FutureReplayBuffer._sync_metadata_from_transfer_queue, "_bv_blend_cpu", False)  # left alone
+
+    class FutureReplica:
+        async def launch_servers(self) -> None:
+            self.server_handles = {}
+
+    future_server = types.ModuleType("future_vllm_async_server")
+    future_server.vLLMReplica = FutureReplica
+    with pytest.warns(CpuAdaptationWarning, match="engine-death check.*no longer keeps its server actors"):
+        rollout_patches._patch_replicas(future_server)
