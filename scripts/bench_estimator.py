@@ -1,11 +1,14 @@
-"""Time one BV-Blend call against verl's `grpo` and `grpo_vectorized` on the same inputs, side by side.
+"""Time one call of our estimators against verl's `grpo` and `grpo_vectorized` on the same inputs, side by side.
 
-Each repeat runs the three estimators back to back on the same batch (in a rotating order), so machine noise
-hits them alike; the table shows medians and the ratios BV-Blend / verl. A BV-Blend call here is the whole
-token-level face that verl calls: sequence sums, group statistics, weights, blend, metrics, history update.
+Each repeat runs every estimator back to back on the same batch (in a rotating order), so machine noise hits them
+alike; the table shows medians and the ratios ours / verl. A call here is the whole token-level face that verl calls:
+sequence sums, group statistics, weights, blend, metrics, history update. The per-prompt histories (``spo``, BV-Blend
+``prompt_and_cluster``) first track a pool of prompts (``--prompt-pool``, the paper's 45,000 by default), and each
+batch draws its prompts from it; ``--state-size`` also prints their state's size in memory and on disk.
 
-    python scripts/bench_estimator.py                     # the issue's sizes, response length 1024
+    python scripts/bench_estimator.py                     # BV-Blend at the issue's sizes, response length 1024
     python scripts/bench_estimator.py --sizes 16x8 --repeats 50
+    python scripts/bench_estimator.py --estimators spo bv_blend_prompt --sizes 1024x2 128x1 --state-size
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bv_blend import BVBlendEstimator
+from bv_blend import BVBlendConfig, BVBlendEstimator, SPOEstimator
+from bv_blend.machine import describe_cpu
 
 DEFAULT_SIZES = ("16x8", "256x8", "1024x16", "4096x16")
+ESTIMATORS = ("bv_blend", "spo", "bv_blend_prompt")
 
 
 def make_batch(prompts: int, rollouts: int, length: int, num_clusters: int, seed: int):
@@ -38,28 +43,86 @@ def make_batch(prompts: int, rollouts: int, length: int, num_clusters: int, seed
     return token_rewards, mask, index, clusters
 
 
-def bench_size(prompts: int, rollouts: int, length: int, repeats: int, num_clusters: int) -> dict[str, float]:
+def build(name: str, num_clusters: int) -> object:
+    if name == "spo":
+        return SPOEstimator()
+    if name == "bv_blend_prompt":
+        return BVBlendEstimator(num_clusters, BVBlendConfig(history_level="prompt_and_cluster"))
+    return BVBlendEstimator(num_clusters)
+
+
+def face(name: str, estimator: object, token_rewards, mask, index, clusters, keys):
+    """The call verl's registered function makes for estimator ``name``."""
+    if name == "spo":
+        return lambda: estimator.compute_token_level(token_rewards, mask, index, keys)
+    if name == "bv_blend_prompt":
+        return lambda: estimator.compute_token_level(token_rewards, mask, index, clusters, prompt_keys=keys)
+    return lambda: estimator.compute_token_level(token_rewards, mask, index, clusters)
+
+
+def prompt_keys(prompts: int, rollouts: int, pool: int, seed: int) -> np.ndarray:
+    """Each row's prompt key: ``prompts`` distinct prompts of the pool, ``rollouts`` rows each."""
+    chosen = np.random.default_rng(seed).choice(pool, size=min(prompts, pool), replace=False)
+    return np.repeat(np.array([f"prompt-{i:06d}" for i in chosen], dtype=object), rollouts)
+
+
+def track_pool(estimator: object, name: str, pool: int, num_clusters: int) -> None:
+    """Visit every prompt of the pool once (batches of 1,024), so the state holds what a 45k-prompt epoch leaves."""
+    if name == "bv_blend":
+        return
+    for start in range(0, pool, 1024):
+        rows = min(1024, pool - start)
+        keys = np.array([f"prompt-{i:06d}" for i in range(start, start + rows)], dtype=object)
+        rewards = torch.from_numpy((np.arange(rows) % 3 == 0).astype(np.float64))
+        clusters = torch.from_numpy(np.arange(rows) % num_clusters)
+        if name == "spo":
+            estimator.compute(rewards, keys, keys)
+        else:
+            estimator.compute(rewards, keys, clusters, prompt_keys=keys)
+
+
+def bench_size(prompts: int, rollouts: int, length: int, repeats: int, num_clusters: int, names: list[str],
+               pool: int) -> dict[str, float]:  # fmt: skip
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # verl takes seconds to import: after the checks
 
     token_rewards, mask, index, clusters = make_batch(prompts, rollouts, length, num_clusters, seed=prompts)
-    estimator = BVBlendEstimator(num_clusters)
-    estimator.compute_token_level(token_rewards, mask, index, clusters)  # history exists from here on
+    keys = prompt_keys(prompts, rollouts, pool, seed=prompts)
     grpo, grpo_vectorized = get_adv_estimator_fn("grpo"), get_adv_estimator_fn("grpo_vectorized")
     calls = {
-        "bv_blend": lambda: estimator.compute_token_level(token_rewards, mask, index, clusters),
         "grpo": lambda: grpo(token_level_rewards=token_rewards, response_mask=mask, index=index),
         "grpo_vectorized": lambda: grpo_vectorized(token_level_rewards=token_rewards, response_mask=mask, index=index),
     }
+    for name in names:
+        estimator = build(name, num_clusters)
+        track_pool(estimator, name, pool, num_clusters)
+        calls[name] = face(name, estimator, token_rewards, mask, index, clusters, keys)
+        calls[name]()  # history exists from here on
     for call in calls.values():  # warm-up: first-call allocations and lazy imports
         call()
     seconds: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
+    order = list(calls)
     for repeat in range(repeats):
-        for name in names[repeat % 3 :] + names[: repeat % 3]:
+        shift = repeat % len(order)
+        for name in order[shift:] + order[:shift]:
             start = time.perf_counter()
             calls[name]()
             seconds[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def state_size(name: str, pool: int, num_clusters: int) -> tuple[int, int]:
+    """(bytes in memory, bytes on disk) of an estimator's state after tracking ``pool`` prompts."""
+    import io
+    import sys
+
+    estimator = build(name, num_clusters)
+    track_pool(estimator, name, pool, num_clusters)
+    table = estimator.tracker if name == "spo" else estimator.prompts.table
+    memory = table.values.nbytes + sys.getsizeof(table.keys) + sum(sys.getsizeof(k) for k in table.keys)
+    memory += sys.getsizeof(table._row) + sum(sys.getsizeof(v) for v in table._row.values())
+    buffer = io.BytesIO()
+    torch.save(estimator.state_dict(), buffer)
+    return memory, buffer.tell()
 
 
 def default_repeats(rows: int) -> int:
@@ -82,9 +145,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per size (default: by size)")
     parser.add_argument("--num-clusters", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--estimators", nargs="+", choices=ESTIMATORS, default=["bv_blend"])
+    parser.add_argument("--prompt-pool", type=int, default=45000, help="prompts the per-prompt histories track")
+    parser.add_argument("--state-size", action="store_true", help="also print the per-prompt state's size")
     args = parser.parse_args(argv)
     for flag, value in (("--response-length", args.response_length), ("--repeats", args.repeats),
-                        ("--num-clusters", args.num_clusters), ("--threads", args.threads)):
+                        ("--num-clusters", args.num_clusters), ("--threads", args.threads),
+                        ("--prompt-pool", args.prompt_pool)):
         if value is not None and value < 1:
             parser.error(f"{flag} must be >= 1, got {value}.")
     return args
@@ -99,19 +166,25 @@ def main(argv: list[str] | None = None) -> None:
     for prompts, rollouts in tqdm(args.sizes, desc="sizes"):
         size = f"{prompts}x{rollouts}"
         repeats = args.repeats or default_repeats(prompts * rollouts)
-        medians = bench_size(prompts, rollouts, args.response_length, repeats, args.num_clusters)
+        medians = bench_size(prompts, rollouts, args.response_length, repeats, args.num_clusters, args.estimators,
+                             args.prompt_pool)  # fmt: skip
         rows_out.append((size, prompts * rollouts, repeats, medians))
 
-    print(f"\nmedian seconds per call, response length {args.response_length}, torch threads {torch.get_num_threads()}")
-    header = f"| {'size':>8} | {'rows':>6} | {'reps':>4} | {'grpo':>10} | {'grpo_vec':>10} | {'bv_blend':>10} |"
-    print(header + " bv/grpo_vec | bv/grpo |")
-    print("|" + "---|" * 8)
+    threads, length = torch.get_num_threads(), args.response_length
+    print(f"\nmedian seconds per call, response length {length}, torch threads {threads}, {describe_cpu()}")
+    names = args.estimators
+    print("| size | rows | reps | grpo | grpo_vec | " + " | ".join(names) + " | "
+          + " | ".join(f"{n}/grpo_vec" for n in names) + " |")
+    print("|" + "---|" * (5 + 2 * len(names)))
     for size, rows, repeats, m in rows_out:
-        vs_vectorized, vs_loop = m["bv_blend"] / m["grpo_vectorized"], m["bv_blend"] / m["grpo"]
-        print(
-            f"| {size:>8} | {rows:>6} | {repeats:>4} | {m['grpo']:>10.5f} | {m['grpo_vectorized']:>10.5f} | "
-            f"{m['bv_blend']:>10.5f} | {vs_vectorized:>11.2f} | {vs_loop:>7.3f} |"
-        )
+        ours = " | ".join(f"{m[n]:.5f}" for n in names)
+        ratios = " | ".join(f"{m[n] / m['grpo_vectorized']:.2f}" for n in names)
+        print(f"| {size} | {rows} | {repeats} | {m['grpo']:.5f} | {m['grpo_vectorized']:.5f} | {ours} | {ratios} |")
+    if args.state_size:
+        for name in (n for n in names if n != "bv_blend"):
+            memory, disk = state_size(name, args.prompt_pool, args.num_clusters)
+            print(f"{name} state for {args.prompt_pool} prompts: {memory / 2**20:.1f} MiB in memory, "
+                  f"{disk / 2**20:.1f} MiB on disk (torch.save)")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ Two questions per key (a dotted path such as ``actor_rollout_ref.actor.grad_clip
    for the key's section (the ``_target_`` above it), so ``OptimizerConfig``'s own ``self.grad_clip`` does not
    count as a read of the actor's ``grad_clip``.
 
-``algorithm.bv_blend.*``, ``algorithm.ha_dw.*`` and ``algorithm.maxnorm.*`` are ours, not verl's: each is checked
-against the options bv_blend reads there (``BVBlendConfig`` and the glue's ``GlueOptions``; HA-DW's and MaxNorm-AC's
-options). So is the NTF loss's one key on verl's section, ``policy_loss.ntf_keep_ratio``, with the ``_target_`` that
-selects the dataclass declaring it (verl builds each section's dataclass from its ``_target_``).
+The option sections of our estimators (``algorithm.bv_blend.*``, ``algorithm.spo.*``, ``algorithm.ha_dw.*``,
+``algorithm.maxnorm.*``, one per record) and of the prompt sampler (``data.history_sampler.*``) are ours, not
+verl's: each is checked against the options bv_blend reads there. So is the NTF loss's one key on verl's section,
+``policy_loss.ntf_keep_ratio``, with the ``_target_`` that selects the dataclass declaring it (verl builds each section's dataclass from its ``_target_``).
 A key verl's yaml does not declare still counts as declared
 when it is a field of the section's ``_target_`` dataclass (``omega_conf_to_dataclass`` accepts it). Below
 :data:`PASS_THROUGH` mappings, which verl hands whole to another library, nothing can be checked.
@@ -228,9 +228,13 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> list[str]:
 @cache
 def our_sections() -> dict[tuple[str, ...], frozenset[str]]:
     """Our option sections in verl's config, each with the keys bv_blend reads there."""
+    from bv_blend.core.options import OptionsMixin
     from bv_blend.verl.records import RECORDS
+    from bv_blend.verl.sampler import SamplerOptions
 
-    return {("algorithm", record.section): frozenset(record.options_class().defaults()) for record in RECORDS}
+    sections = {("algorithm", record.section): frozenset(record.options_class().defaults()) for record in RECORDS}
+    sampler: OptionsMixin = SamplerOptions()
+    return {**sections, ("data", "history_sampler"): frozenset(sampler.to_dict())}
 
 
 @cache

@@ -102,6 +102,10 @@ def check_run(config: Any, legacy: bool = False) -> None:
     if record is not None:
         process = runtime.process_for(record.name, config.algorithm)  # bad options fail here, not at step 1
         process.options.prepare(process.estimator, config)
+    from bv_blend.verl import sampler
+
+    sampler.check_run(config)
+    runtime.start_run(config)
     algorithm = config_get(config, "algorithm")
     requested = {r.name: requested_options(algorithm, r.section, r.options_class().defaults()) for r in RECORDS}
     _check_stack(algorithm, requested)

@@ -126,9 +126,17 @@ def _row_reader(columns: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
 
 
 # -------------------------------------------------------------------------------------------------- V1
+def install_sampler(module: Any) -> None:
+    """Post-import hook of every module that binds verl's ``create_rl_sampler`` (the prompt sampler's way in)."""
+    from bv_blend.verl.sampler import create_rl_sampler
+
+    wrap(module, "create_rl_sampler", ("data_config", "dataset"), create_rl_sampler)
+
+
 def install_v1(trainer_base: Any) -> None:
     """Post-import hook of ``verl.trainer.ppo.v1.trainer_base``."""
     trainer_cls = trainer_base.PPOTrainer
+    install_sampler(trainer_base)
     _install_trainer_hooks(trainer_cls, legacy=False)
     wrap(trainer_cls, "_compute_advantage", ("self", "batch", "metrics"), _v1_compute_advantage)
 
@@ -143,7 +151,7 @@ def _v1_compute_advantage(original: Callable) -> Callable:
         sources = final_output_rows(list(batch.keys))
         with advantage_step(**_step_inputs(process, columns), output_sources=sources) as step:
             result = original(self, batch, metrics)
-        metrics.update(step.metrics)
+        metrics.update(step.metrics | runtime.sampler_metrics())
         return result
 
     return _compute_advantage
@@ -168,6 +176,7 @@ def _v1_fetch(batch: Any, fields: tuple[str, ...]) -> dict[str, list | None]:
 # ---------------------------------------------------------------------------------------------- legacy
 def install_legacy(ray_trainer: Any) -> None:
     """Post-import hook of ``verl.trainer.ppo.ray_trainer``."""
+    install_sampler(ray_trainer)
     _install_trainer_hooks(ray_trainer.RayPPOTrainer, legacy=True)
     wrap(ray_trainer, "compute_advantage", ("data", "adv_estimator"), _legacy_compute_advantage)
     wrap(ray_trainer, "compute_data_metrics", ("batch",), _legacy_compute_data_metrics)
@@ -189,7 +198,7 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
             return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
         with advantage_step(**_step_inputs(process, columns)) as step:
             result = original(data, adv_estimator, *args, **kwargs)
-        result.meta_info[METRICS_KEY] = step.metrics
+        result.meta_info[METRICS_KEY] = step.metrics | runtime.sampler_metrics()
         return result
 
     return compute_advantage

@@ -9,7 +9,9 @@ post-import hooks; the work happens when, and only if, the process imports the v
 - ``verl.trainer.ppo.core_algos``: register our estimators in verl's advantage-estimator registry and ``ntf`` in
   its policy-loss registry (every record of ``bv_blend/verl/records.py``, and its ``POLICY_LOSSES``);
 - ``verl.trainer.ppo.ray_trainer``: legacy trainer hooks;
-- ``verl.trainer.ppo.v1.trainer_base``: V1 trainer hooks.
+- ``verl.trainer.ppo.v1.trainer_base``: V1 trainer hooks;
+- ``verl.trainer.ppo.utils`` (and the modules that bind its ``create_rl_sampler``): the history-driven prompt
+  sampler, when ``data.history_sampler.enable`` asks for it.
 
 Importing this module twice, or through both routes, is harmless. A hook that fails is logged at ERROR
 (verl itself swallows entry-point errors) and raised when a trainer starts with one of our estimators or our loss;
@@ -77,6 +79,12 @@ def _install_legacy(ray_trainer: ModuleType) -> None:
     install_legacy(ray_trainer)
 
 
+def _install_sampler(module: ModuleType) -> None:
+    from bv_blend.verl.hooks import install_sampler
+
+    install_sampler(module)
+
+
 def _guarded(step: Callable[[ModuleType], None], target: str) -> Callable[[ModuleType], None]:
     """Never break verl's own import (other estimators must keep working); record the failure instead."""
 
@@ -95,6 +103,9 @@ HOOKS = {
     "verl.trainer.ppo.core_algos": _register_all,
     "verl.trainer.ppo.ray_trainer": _install_legacy,
     "verl.trainer.ppo.v1.trainer_base": _install_v1,
+    # verl's create_rl_sampler, where it is defined and where the legacy task runner binds it (the prompt sampler)
+    "verl.trainer.ppo.utils": _install_sampler,
+    "verl.trainer.main_ppo_v0": _install_sampler,
 }
 
 for _target, _step in HOOKS.items():

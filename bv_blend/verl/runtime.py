@@ -30,6 +30,33 @@ class Process(NamedTuple):
 
 _HELD: dict[str, Process] = {}
 HOOK_ERRORS: list[str] = []
+# The trainer of this process: its full config (set at trainer start) and its history sampler, if it draws by one.
+_RUN_CONFIG: list[Any] = []
+active_sampler: Any = None
+
+
+def start_run(config: Any) -> None:
+    """Record the full config of the trainer this process runs (the prompt sampler reads its estimator's)."""
+    _RUN_CONFIG[:] = [config]
+
+
+def run_config() -> Any:
+    if not _RUN_CONFIG:
+        raise RuntimeError(
+            "The history sampler drew a batch before a verl trainer started in this process: it reads the run's "
+            "estimator, which the trainer's start-up builds (bv_blend's __init__ hook). Build the trainer first."
+        )
+    return _RUN_CONFIG[0]
+
+
+def sampler_metrics() -> dict[str, float]:
+    """The metrics of the batch the history sampler drew for this step (empty without a sampler)."""
+    sampler = active_sampler
+    if sampler is None or not _RUN_CONFIG:
+        return {}
+    name = str(_RUN_CONFIG[0].algorithm.adv_estimator)
+    held_process = _HELD.get(name)
+    return sampler.step_metrics(getattr(held_process.estimator, "num_updates", 0) if held_process else 0)
 
 
 def process_for(name: str, algorithm_config: Any) -> Process:
@@ -63,9 +90,13 @@ def held(name: str) -> Process | None:
 
 
 def reset(name: str | None = None) -> None:
-    """Forget the estimator ``name`` (every estimator when ``None``) and any open channel (for tests and the lab)."""
+    """Forget the estimator ``name`` (every estimator, the run and its sampler when ``None``) and any open channel
+    (for tests and the lab)."""
+    global active_sampler
     if name is None:
         _HELD.clear()
+        _RUN_CONFIG.clear()
+        active_sampler = None
     else:
         _HELD.pop(name, None)
     close_all()

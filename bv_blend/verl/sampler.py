@@ -1,32 +1,238 @@
-"""The history-driven prompt sampler in verl's trainers (history_spec 5): p^ per prompt from the process's estimator.
+"""The history-driven prompt sampler in verl's trainers (history_spec 5), options ``data.history_sampler.*``.
 
-p^ of a prompt is the first of these that exists: (1) SPO's tracker, (2) BV-Blend's prompt mean m1_p, (3) the mean
-m1_k of the prompt's cluster, (4) the prior file's mean, (5) 0.5.
+verl 0.9.1 builds the training sampler in ``verl.trainer.ppo.utils.create_rl_sampler`` (random or sequential), which
+both trainers import by name; it has no plugin point. With ``data.history_sampler.enable=true`` the glue's
+:func:`create_rl_sampler` returns a :class:`HistorySampler` instead; every other run keeps verl's sampler.
+
+Each batch is ``train_batch_size`` distinct prompts drawn from the whole training set with probability proportional to
+``sqrt(p^ (1 - p^)) + epsilon`` (``bv_blend.history.sampler``), where p^ comes from the history of the run's estimator,
+read when the batch is drawn (its record's ``success_estimates``: SPO's tracker; BV-Blend's prompt mean, else its
+cluster's mean, else the prior file's, else 0.5). An epoch is ``len(dataset) // train_batch_size`` batches.
+
+State: the RNG and the batches drawn in the epoch, saved by verl's ``StatefulDataLoader`` with every checkpoint
+(``data.pt``); the history is restored by our ``_load_checkpoint`` hook before the next batch is drawn, so a resumed
+run draws exactly the batches an uninterrupted run draws. Dataloader workers would prefetch (draw batches ahead with
+older weights, and draw them again otherwise after a resume), so the sampler needs ``data.dataloader_num_workers=0``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
+from bv_blend.core.options import OptionsMixin, check_bool, check_number, require
+from bv_blend.history import sampler as weights
+from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
+from bv_blend.verl.options import config_get, section_options
 from bv_blend.verl.records import RECORDS, record_for, resolve
+
+logger = logging.getLogger(__name__)
+
+SECTION = "data.history_sampler"
+
+
+@dataclass(frozen=True)
+class SamplerOptions(OptionsMixin):
+    """``data.history_sampler.*``.
+
+    Attributes:
+        enable: draw each training batch by the history's weights (off: verl's random sampler).
+        epsilon: the weight every prompt gets on top of sqrt(p^ (1 - p^)), so that solved and unsolved prompts still
+            come back (SPO's ``EXPLORATION_EPSILON``, 0.05).
+    """
+
+    SECTION = SECTION
+
+    enable: bool = False
+    epsilon: float = weights.EXPLORATION_EPSILON
+
+    def __post_init__(self) -> None:
+        check_bool(SECTION, "enable", self.enable)
+        check_number(SECTION, "epsilon", self.epsilon)
+        require(self.epsilon > 0, SECTION, "epsilon", self.epsilon, "must be > 0: every prompt must stay drawable")
+
+
+def sampler_options(data_config: Any) -> SamplerOptions:
+    return SamplerOptions.from_mapping(section_options(data_config, "history_sampler"))
+
+
+def refusals(config: Any) -> list[str]:
+    """Why this run cannot use the sampler (empty when it can, or when the sampler is off), each with the fix."""
+    data = config_get(config, "data")
+    if not sampler_options(data).enable:
+        return []
+    reasons = []
+    record = record_for(config_get(config_get(config, "algorithm"), "adv_estimator"))
+    if record is None or record.success_estimates is None:
+        with_history = ", ".join(r.name for r in RECORDS if r.success_estimates is not None)
+        reasons.append(f"it draws by each prompt's history, and this estimator keeps none: select one that does "
+                       f"({with_history}), or turn {SECTION}.enable off")  # fmt: skip
+    if not bool(config_get(data, "shuffle")):
+        reasons.append("data.shuffle=false asks for the dataset's order, which the sampler replaces: set "
+                       "data.shuffle=true, or turn the sampler off")  # fmt: skip
+    if bool(config_get(config_get(config_get(config, "algorithm"), "filter_groups"), "enable")):
+        reasons.append("algorithm.filter_groups (DAPO's dynamic sampling) would discard the groups the weights chose: "
+                       "turn one of them off")  # fmt: skip
+    if int(config_get(data, "dataloader_num_workers") or 0) > 0:
+        reasons.append("dataloader workers prefetch batches, so they would be drawn ahead of the history they should "
+                       "read, and drawn again otherwise after a resume: set data.dataloader_num_workers=0 (loading "
+                       "a row is cheap: verl tokenizes in the agent loop)")  # fmt: skip
+    return reasons
+
+
+def check_run(config: Any) -> None:
+    reasons = refusals(config)
+    if reasons:
+        raise ValueError(f"{SECTION}.enable=true cannot run here: " + "; ".join(reasons) + ".")
+
+
+class HistorySampler(torch.utils.data.Sampler[int]):
+    """Batches of distinct prompts drawn by the history's weights; stateful for ``StatefulDataLoader``.
+
+    Args:
+        dataset: verl's training dataset (an ``RLHFDataset``: its ``dataframe`` gives each row's prompt and
+            ``extra_info``; any map-style dataset whose items hold ``raw_prompt`` and ``extra_info`` works).
+        batch_size: prompts per batch (verl's ``train_batch_size``).
+        seed: ``data.seed`` (the draws are a function of it and the history).
+        options: the sampler's options.
+        config: the run's full config, or a callable returning it (bound at trainer start in the legacy trainer,
+            whose task runner builds the sampler before the trainer).
+    """
+
+    def __init__(self, dataset: Any, batch_size: int, seed: int, options: SamplerOptions,
+                 config: Any | Callable[[], Any]) -> None:  # fmt: skip
+        super().__init__()
+        if batch_size > len(dataset):
+            raise ValueError(f"The sampler draws {batch_size} distinct prompts a batch from {len(dataset)}.")
+        self.dataset, self.batch_size, self.seed, self.options = dataset, batch_size, seed, options
+        self._config = config
+        self.rng = np.random.default_rng(seed)
+        self.batches_in_epoch = len(dataset) // batch_size
+        self.drawn_in_epoch = 0
+        self.draws = 0
+        self.pending: deque[dict[str, float]] = deque()  # each drawn batch's metrics, for the step that trains on it
+        self._keys: np.ndarray | None = None
+        self._clusters: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.batches_in_epoch * self.batch_size
+
+    def __iter__(self) -> Iterator[int]:
+        while self.drawn_in_epoch < self.batches_in_epoch:
+            batch = self._draw()
+            self.drawn_in_epoch += 1
+            yield from batch.tolist()
+        self.drawn_in_epoch = 0  # the next epoch starts where this one ended: the RNG carries on
+
+    def _draw(self) -> np.ndarray:
+        config = self._config() if callable(self._config) else self._config
+        algorithm = config_get(config, "algorithm")
+        keys, clusters = self._prompts(config)
+        p_hat = resolve_estimates(algorithm)(runtime.process_for(str(algorithm.adv_estimator), algorithm), keys,
+                                             clusters)  # fmt: skip
+        p_hat = np.clip(p_hat, 0.0, 1.0)
+        chosen = weights.draw(weights.prompt_weights(p_hat, self.options.epsilon), self.batch_size, self.rng)
+        process = runtime.held(str(algorithm.adv_estimator))
+        group_size = int(config_get(config_get(config_get(config, "actor_rollout_ref"), "rollout"), "n") or 1)
+        self.pending.append({
+            "sampler/weight_entropy": weights.weight_entropy(weights.prompt_weights(p_hat, self.options.epsilon)),
+            "sampler/p_hat_mean_drawn": float(p_hat[chosen].mean()),
+            "sampler/zero_variance_expected": weights.zero_variance_expected(p_hat[chosen], group_size),
+            "sampler/history_updates_at_draw": float(getattr(process.estimator, "num_updates", 0)) if process else 0.0,
+        })  # fmt: skip
+        self.draws += 1
+        return chosen
+
+    def _prompts(self, config: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """Every training row's prompt key (and cluster id, where the estimator reads clusters), computed once."""
+        if self._keys is None:
+            algorithm = config_get(config, "algorithm")
+            process = runtime.process_for(str(algorithm.adv_estimator), algorithm)
+            field = getattr(process.options, "prompt_key_field", None)
+            cluster_key = getattr(process.options, "cluster_key", None)
+            prompts, infos = _columns(self.dataset)
+            self._keys = np.array([prompt_key(p, i, field) for p, i in zip(prompts, infos, strict=True)],
+                                  dtype=object)  # fmt: skip
+            if cluster_key is not None:
+                self._clusters = np.array([int(i.get(cluster_key, -1)) if isinstance(i, Mapping) else -1
+                                           for i in infos], dtype=np.int64)  # fmt: skip
+        return self._keys, self._clusters
+
+    def step_metrics(self, updates_now: int) -> dict[str, float]:
+        """The metrics of the oldest batch not yet trained on, with how many updates old its weights were."""
+        if not self.pending:
+            return {}
+        metrics = self.pending.popleft()
+        drawn_at = metrics.pop("sampler/history_updates_at_draw")
+        return {**metrics, "sampler/weight_age_steps": float(max(updates_now - 1 - drawn_at, 0))}
+
+    # --------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "drawn_in_epoch": self.drawn_in_epoch, "draws": self.draws,
+                "seed": self.seed, "batch_size": self.batch_size}  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("seed") != self.seed or state.get("batch_size") != self.batch_size:
+            raise ValueError(
+                f"The checkpoint's prompt sampler was made with data.seed={state.get('seed')} and train_batch_size="
+                f"{state.get('batch_size')}; this run has {self.seed} and {self.batch_size}. Resume with the original "
+                "values."
+            )
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["rng"]
+        self.rng, self.drawn_in_epoch, self.draws = rng, int(state["drawn_in_epoch"]), int(state["draws"])
+        self.pending.clear()
+
+
+def resolve_estimates(algorithm: Any) -> Callable[..., np.ndarray]:
+    record = record_for(config_get(algorithm, "adv_estimator"))
+    if record is None or record.success_estimates is None:
+        raise ValueError(f"adv_estimator={config_get(algorithm, 'adv_estimator')} keeps no history to sample by.")
+    return resolve(record.success_estimates)
 
 
 def success_estimates(algorithm: Any, keys: np.ndarray, cluster_ids: np.ndarray | None = None) -> np.ndarray:
-    """(P,) p^ of each prompt key, from the history of the estimator ``algorithm`` selects (its record's
-    ``success_estimates``); an estimator without one is refused."""
-    record = record_for(algorithm.adv_estimator)
-    if record is None or record.success_estimates is None:
-        with_history = [r.name for r in RECORDS if r.success_estimates is not None]
-        raise ValueError(
-            f"The prompt sampler draws by each prompt's history, and adv_estimator={algorithm.adv_estimator} keeps "
-            f"none. Select one that does ({', '.join(with_history)}), or turn the sampler off."
-        )
-    process = runtime.process_for(record.name, algorithm)
-    p_hat = resolve(record.success_estimates)(process, np.asarray(keys, dtype=object), cluster_ids)
+    """(P,) p^ of each prompt key from the history of the estimator ``algorithm`` selects (the labs' face)."""
+    estimate = resolve_estimates(algorithm)
+    p_hat = estimate(runtime.process_for(str(algorithm.adv_estimator), algorithm), np.asarray(keys, dtype=object),
+                     cluster_ids)  # fmt: skip
     return np.clip(p_hat, 0.0, 1.0)
 
 
-__all__ = ["success_estimates"]
+def create_rl_sampler(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """Wrap verl's ``create_rl_sampler(data_config, dataset)``: the history sampler when it is on, verl's otherwise."""
+
+    def create(data_config: Any, dataset: Any) -> Any:
+        options = sampler_options(data_config)
+        if not options.enable:
+            return original(data_config, dataset)
+        if not bool(config_get(data_config, "shuffle")):
+            raise ValueError(f"{SECTION}.enable=true needs data.shuffle=true: the sampler replaces the dataset order.")
+        batch_size = int(config_get(data_config, "gen_batch_size") or config_get(data_config, "train_batch_size"))
+        seed = config_get(data_config, "seed")
+        sampler = HistorySampler(dataset, batch_size, 0 if seed is None else int(seed), options, runtime.run_config)
+        runtime.active_sampler = sampler
+        logger.info("bv_blend: the history sampler draws the training batches (%s).", SECTION)
+        return sampler
+
+    return create
+
+
+def _columns(dataset: Any) -> tuple[list[Any], list[Any]]:
+    frame = getattr(dataset, "dataframe", None)
+    column = getattr(dataset, "prompt_key", "prompt")
+    if frame is not None and column in getattr(frame, "column_names", ()):
+        infos = frame["extra_info"] if "extra_info" in frame.column_names else [None] * len(frame)
+        return list(frame[column]), list(infos)
+    items = [dataset[i] for i in range(len(dataset))]
+    return [item.get("raw_prompt") for item in items], [item.get("extra_info") for item in items]
+
+
+__all__ = ["SECTION", "HistorySampler", "SamplerOptions", "check_run", "create_rl_sampler", "success_estimates"]

@@ -1,0 +1,173 @@
+"""The history-driven prompt sampler (history_spec 5 and 6): its weights and draws, its refusals, and an exact resume
+through verl's real ``StatefulDataLoader`` with the sampler verl's own (patched) ``create_rl_sampler`` returns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from scipy import stats
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from bv_blend.history import sampler as weights
+from bv_blend.history.keys import prompt_key
+from bv_blend.verl import runtime
+from bv_blend.verl.compositions import check_run
+from bv_blend.verl.hooks import METRICS_KEY
+from bv_blend.verl.sampler import HistorySampler, SamplerOptions
+from tests.verl._helpers import compose_config
+
+ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
+PROMPTS = 40
+BATCH = 4
+
+
+def dataset(n: int = PROMPTS) -> list[dict]:
+    return [{"raw_prompt": [{"role": "user", "content": f"problem {i}"}], "extra_info": {"index": i}}
+            for i in range(n)]  # fmt: skip
+
+
+def run_config(*overrides: str):
+    config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
+                             "data.dataloader_num_workers=0", f"data.train_batch_size={BATCH}", "data.seed=7",
+                             "actor_rollout_ref.rollout.n=1", *overrides])  # fmt: skip
+    runtime.reset()
+    check_run(config)  # what the trainer's __init__ hook does: builds the estimator, records the run
+    return config
+
+
+def loader(config, data: list[dict]) -> StatefulDataLoader:
+    """verl's dataloader as its trainers build it, with the sampler from verl's own create_rl_sampler (patched)."""
+    sampler = ray_trainer.create_rl_sampler(config.data, data)
+    assert isinstance(sampler, HistorySampler)
+    return StatefulDataLoader(data, batch_size=BATCH, sampler=sampler, drop_last=True, collate_fn=lambda rows: rows)
+
+
+def train_on(config, batch: list[dict], step: int) -> dict[str, float]:
+    """One step's advantages through verl's legacy compute_advantage: the history moves, so the weights do."""
+    from tests.verl._companion_helpers import group_batch
+
+    rewards = [[float((row["extra_info"]["index"] * 7 + step) % 3 == 0)] for row in batch]
+    data = group_batch(rewards, prefix=f"s{step}", seed=step)
+    raw = np.empty(len(batch), dtype=object)
+    raw[:] = [row["raw_prompt"] for row in batch]
+    data.non_tensor_batch["raw_prompt"] = raw
+    out = ray_trainer.compute_advantage(data, adv_estimator="spo", config=config.algorithm)
+    return out.meta_info[METRICS_KEY]  # what compute_data_metrics moves into the step's metrics
+
+
+def test_a_flat_history_draws_uniformly():
+    """Before any step SPO's p^ is 0.5 everywhere: every prompt is equally likely (chi-square over many draws)."""
+    config = run_config()
+    sampler = ray_trainer.create_rl_sampler(config.data, dataset())
+    counts = np.zeros(PROMPTS)
+    for _ in range(500):
+        np.add.at(counts, sampler._draw(), 1)
+    assert stats.chisquare(counts).pvalue > 1e-3
+    metrics = runtime.sampler_metrics()
+    assert metrics["sampler/weight_entropy"] == pytest.approx(1.0)
+    assert metrics["sampler/p_hat_mean_drawn"] == 0.5 and metrics["sampler/zero_variance_expected"] == 1.0
+
+
+def test_the_draws_follow_the_weights():
+    """One prompt a draw: frequencies proportional to sqrt(p (1 - p)) + 0.05 (chi-square); several: distinct."""
+    p_hat = np.linspace(0, 1, 21)
+    w = weights.prompt_weights(p_hat)
+    np.testing.assert_allclose(w[[0, 10, 20]], [0.05, 0.55, 0.05])
+    rng = np.random.default_rng(0)
+    counts = np.bincount([weights.draw(w, 1, rng)[0] for _ in range(20000)], minlength=21)
+    assert stats.chisquare(counts, f_exp=20000 * w / w.sum()).pvalue > 1e-3
+    batch = weights.draw(w, 15, rng)
+    assert len(set(batch.tolist())) == 15
+    assert weights.zero_variance_expected(np.array([0.0, 0.5]), 2) == pytest.approx((1 + 0.5) / 2)
+
+
+def test_the_weights_come_from_the_history_and_each_step_gets_the_metrics_of_its_batch():
+    config = run_config()
+    data = dataset()
+    batches, drawn = iter(loader(config, data)), set()
+    expected = {"sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sampler/zero_variance_expected",
+                "sampler/weight_age_steps"}  # fmt: skip
+    for step in range(3):
+        batch = next(batches)
+        drawn |= {row["extra_info"]["index"] for row in batch}
+        metrics = train_on(config, batch, step)
+        assert {k for k in metrics if k.startswith("sampler/")} == expected
+        assert metrics["sampler/weight_age_steps"] == 0  # drawn after the previous step's advantages
+    spo = runtime.estimator_for("spo", config.algorithm)
+    _, known = spo.success_estimates([prompt_key(row["raw_prompt"]) for row in data])
+    assert set(np.flatnonzero(known).tolist()) == drawn  # the drawn prompts, and only those, have a history
+    assert metrics["sampler/weight_entropy"] < 1.0  # the history is no longer flat
+
+
+def test_a_resumed_run_draws_exactly_the_batches_of_an_uninterrupted_one():
+    """Six steps straight, against three steps, a checkpoint (the dataloader's state and the estimator's, as verl
+    and our hooks save them), a fresh process state, and three more steps."""
+    data = dataset()
+    config = run_config()
+    straight = []
+    for step, batch in zip(range(6), loader(config, data), strict=False):
+        straight.append([row["extra_info"]["index"] for row in batch])
+        train_on(config, batch, step)
+
+    config = run_config()
+    first = loader(config, data)
+    iterator = iter(first)
+    for step in range(3):
+        train_on(config, next(iterator), step)
+    saved_loader = first.state_dict()
+    saved_state = runtime.estimator_for("spo", config.algorithm).state_dict()
+
+    config = run_config()  # a fresh run: empty history, new sampler
+    runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
+    resumed_loader = loader(config, data)
+    resumed_loader.load_state_dict(saved_loader)
+    resumed = []
+    for step, batch in zip(range(3, 6), resumed_loader, strict=False):
+        resumed.append([row["extra_info"]["index"] for row in batch])
+        train_on(config, batch, step)
+    assert resumed == straight[3:]
+
+
+def test_an_epoch_is_the_dataset_divided_by_the_batch_and_the_next_epoch_carries_on():
+    config = run_config()
+    sampler = ray_trainer.create_rl_sampler(config.data, dataset())
+    assert len(sampler) == PROMPTS and len(list(iter(sampler))) == PROMPTS
+    assert len(list(iter(sampler))) == PROMPTS  # a second epoch
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["algorithm.adv_estimator=grpo"], "this estimator keeps none"),
+        (["algorithm.adv_estimator=ha_dw"], "this estimator keeps none"),
+        (["data.shuffle=false"], "data.shuffle=false"),
+        (["algorithm.filter_groups.enable=true"], "would discard the groups the weights chose"),
+        (["data.dataloader_num_workers=2"], "set data.dataloader_num_workers=0"),
+    ],
+)
+def test_the_sampler_is_refused_at_trainer_start_with_the_reason_and_the_fix(overrides, reason):
+    config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
+                             "data.dataloader_num_workers=0", *overrides])  # fmt: skip
+    with pytest.raises(ValueError, match=reason):
+        check_run(config)
+
+
+def test_off_by_default_verls_sampler_stays():
+    config = compose_config([])
+    assert OmegaConf.select(config, "data.history_sampler.enable") is False
+    assert not isinstance(ray_trainer.create_rl_sampler(config.data, dataset()), HistorySampler)
+
+
+def test_options_are_validated_by_name():
+    with pytest.raises(ValueError, match=r"data.history_sampler.epsilon=0.0 is invalid"):
+        SamplerOptions(enable=True, epsilon=0.0)
+    with pytest.raises(ValueError, match=r"Unknown option\(s\) data.history_sampler.\{enabled\}"):
+        SamplerOptions.from_mapping({"enabled": True})
+
+
+def test_a_state_of_another_seed_is_refused():
+    sampler = HistorySampler(dataset(), BATCH, 1, SamplerOptions(enable=True), lambda: None)
+    other = HistorySampler(dataset(), BATCH, 2, SamplerOptions(enable=True), lambda: None)
+    with pytest.raises(ValueError, match="data.seed=1"):
+        other.load_state_dict(sampler.state_dict())
