@@ -17,7 +17,8 @@ Two questions per key (a dotted path such as ``actor_rollout_ref.actor.grad_clip
 The option sections of our estimators (``algorithm.bv_blend.*``, ``algorithm.spo.*``, ``algorithm.ha_dw.*``,
 ``algorithm.maxnorm.*``, one per record) and of the prompt sampler (``data.history_sampler.*``) are ours, not
 verl's: each is checked against the options bv_blend reads there. So is the NTF loss's one key on verl's section,
-``policy_loss.ntf_keep_ratio``, with the ``_target_`` that selects the dataclass declaring it (verl builds each section's dataclass from its ``_target_``).
+``policy_loss.ntf_keep_ratio``, with the ``_target_`` that selects the dataclass declaring it (verl builds each
+section's dataclass from its ``_target_``).
 A key verl's yaml does not declare still counts as declared
 when it is a field of the section's ``_target_`` dataclass (``omega_conf_to_dataclass`` accepts it). Below
 :data:`PASS_THROUGH` mappings, which verl hands whole to another library, nothing can be checked.
