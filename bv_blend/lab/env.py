@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # Independent random streams of one seed (an added stream never changes the others).
-_TASK, _PROMPTS, _UNIFORMS, _DRIFT, _CODEBOOK, _UIDS, _FEATURES, _STYLES = range(8)
+_TASK, _PROMPTS, _UNIFORMS, _DRIFT, _CODEBOOK, _UIDS, _FEATURES, _STYLES, _SAMPLER = range(9)
 
 CODEBOOKS = ("true", "global", "coarse", "fine", "random", "noisy")
 # How many true clusters a "coarse" codebook merges, and into how many parts a "fine" one splits each.
@@ -127,9 +127,14 @@ class Task:
             return self.base_difficulty
         return self.base_difficulty + self.drift[min(step, self.steps)][self.cluster]
 
-    def sample(self, step: int, policy: Policy, success_prob: np.ndarray) -> Rollouts:
-        """The step's rollouts: G per prompt, from the step's pre-drawn uniforms (``success_prob`` of all prompts)."""
-        prompts = self.prompts[step]
+    def sample(
+        self, step: int, policy: Policy, success_prob: np.ndarray, prompts: np.ndarray | None = None
+    ) -> Rollouts:
+        """The step's rollouts: G per prompt, from the step's pre-drawn uniforms (``success_prob`` of all prompts).
+
+        ``prompts``: the step's prompts when a sampler chose them; by default the pre-drawn uniform ones.
+        """
+        prompts = self.prompts[step] if prompts is None else prompts
         prob = success_prob[prompts]
         rewards = (self.uniforms[step] < prob[:, None]).astype(np.float64)
         style_probs = policy.style_probs(prompts)
@@ -143,6 +148,14 @@ class Task:
         count = self.config.prompts_per_step
         hexes = (self._uid_hex[32 * i : 32 * i + 32] for i in range(step * count, (step + 1) * count))
         return np.array([f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{h[16:20]}-{h[20:]}" for h in hexes], dtype=object)
+
+    def sampler_rng(self) -> np.random.Generator:
+        """The prompt sampler's own stream: its draws never move the other streams."""
+        return _stream(self.seed, _SAMPLER)
+
+    def prompt_keys(self) -> np.ndarray:
+        """A stable key per prompt (history_spec 1), for the estimators with a per-prompt history."""
+        return np.array([f"prompt-{j}" for j in range(self.config.num_prompts)], dtype=object)
 
     def codebook(self, scheme: str) -> tuple[np.ndarray, int]:
         """The estimator's cluster id for every prompt, and K, under a codebook ``scheme``:

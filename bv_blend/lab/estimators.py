@@ -72,6 +72,10 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "bv_sem_clip5": bv_blend("BV-Blend sem, max_abs_advantage 5", max_abs_advantage=5.0),
     # Bounded BV-Blend (companions spec 4): s = max(s_BV, max |R - b|, tau), |A| <= 1.
     "bv_bounded": bv_blend("BV-Blend sem, bounded scale (tau 0.01)", bounded_scale_tau=0.01),
+    # History below the cluster (history_spec 2-3): SPO's per-prompt tracker and BV-Blend's prompt levels.
+    "spo": EstimatorSpec("SPO", "spo", {"spo": {}}),
+    "bv_prompt": bv_blend("BV-Blend sem, prompt level", history_level="prompt"),
+    "bv_prompt_cluster": bv_blend("BV-Blend sem, prompt_and_cluster", history_level="prompt_and_cluster"),
     # Companion estimators, through verl's registry like the rest.
     "ha_dw": EstimatorSpec("HA-DW (GRPO)", "ha_dw", {"ha_dw": {}}),
     "maxnorm_ac": EstimatorSpec("MaxNorm-RLOO", "maxnorm_ac", {"maxnorm": {}}),
@@ -97,6 +101,16 @@ def unavailable_reason(spec: EstimatorSpec) -> str | None:
     return None
 
 
+def sampler_reason(spec: EstimatorSpec, sampler: str) -> str | None:
+    """Why ``spec`` cannot run with ``sampler`` (the history sampler reads a history the estimator must keep)."""
+    if sampler != "history":
+        return None
+    record = record_for(spec.adv_estimator)
+    if record is None or record.success_estimates is None:
+        return f"the history sampler reads a per-prompt or per-cluster history, and {spec.label} keeps none"
+    return None
+
+
 def bv_blend_config(spec: EstimatorSpec) -> BVBlendConfig | None:
     """The full BV-Blend config a spec resolves to (defaults filled in), for the report."""
     if spec.adv_estimator != "bv_blend" or unavailable_reason(spec) is not None:
@@ -117,10 +131,19 @@ class Advantages:
             self.algorithm = offline.algorithm_config(spec.adv_estimator, spec.algorithm_options(num_clusters))
             offline.reset_history(spec.adv_estimator)
 
+    def success_estimates(self, prompt_keys: np.ndarray, cluster_ids: np.ndarray) -> np.ndarray:
+        """Every prompt's p^ from this estimator's history, as verl's prompt sampler reads it (history_spec 5)."""
+        return offline.success_estimates(self.algorithm, prompt_keys, cluster_ids)
+
     def __call__(
-        self, rewards: np.ndarray, uids: np.ndarray, cluster_ids: np.ndarray, success_prob: np.ndarray
+        self,
+        rewards: np.ndarray,
+        uids: np.ndarray,
+        cluster_ids: np.ndarray,
+        success_prob: np.ndarray,
+        prompt_keys: np.ndarray | None = None,
     ) -> np.ndarray:
-        """(P, G) advantages for (P, G) rewards of P prompts (their uids, cluster ids and true success prob)."""
+        """(P, G) advantages for (P, G) rewards of P prompts (their uids, cluster ids, true success prob and keys)."""
         if self.oracle:
             return rewards - success_prob[:, None]
         num_prompts, group_size = rewards.shape
@@ -132,5 +155,6 @@ class Advantages:
             np.repeat(uids, group_size),
             self.algorithm,
             cluster_ids=np.repeat(cluster_ids, group_size),
+            prompt_keys=None if prompt_keys is None else np.repeat(prompt_keys, group_size),
         )
         return advantages[:, -1].numpy().astype(np.float64).reshape(num_prompts, group_size)

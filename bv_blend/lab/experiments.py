@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from tqdm import tqdm
 
-from bv_blend.lab.estimators import unavailable_reason
+from bv_blend.lab.estimators import sampler_reason, unavailable_reason
 from bv_blend.lab.run import RunResult, RunSpec, run
 
 
@@ -68,7 +68,7 @@ def run_experiments(
     noted: set[str] = set()
     for result in results:
         for arm in result.experiment.arms:
-            reason = unavailable_reason(arm.spec.estimator)
+            reason = unavailable_reason(arm.spec.estimator) or sampler_reason(arm.spec.estimator, arm.spec.sampler)
             if reason is not None:
                 result.skipped[arm.label] = reason
                 if arm.spec.estimator.label not in noted:
