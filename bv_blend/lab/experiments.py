@@ -71,9 +71,10 @@ def run_experiments(
             reason = unavailable_reason(arm.spec.estimator) or sampler_reason(arm.spec.estimator, arm.spec.sampler)
             if reason is not None:
                 result.skipped[arm.label] = reason
-                if arm.spec.estimator.label not in noted:
-                    noted.add(arm.spec.estimator.label)
-                    log(f"[lab] note: skipping {arm.spec.estimator.label!r} (every experiment): {reason}")
+                what = arm.spec.estimator.label + (f" with the {arm.spec.sampler} sampler" if arm.spec.sampler else "")
+                if what not in noted:
+                    noted.add(what)
+                    log(f"[lab] note: skipping {what!r} (every experiment): {reason}")
 
     def runnable(result: ExperimentResult) -> list[Arm]:
         return [arm for arm in result.experiment.arms if arm.label not in result.skipped]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bv_blend.lab import budget
 from bv_blend.lab.estimators import ESTIMATORS, bv_blend_config, unavailable_reason
 from bv_blend.lab.experiments import ArmResult, ExperimentResult
 from bv_blend.lab.metrics import (
@@ -116,6 +117,8 @@ def _experiment_section(result: ExperimentResult, out: Path) -> list[str]:
         lines += _matched_table(result, summaries)
     lines += _contrast_table(_contrasts(result), summaries)
     lines += _plots(result, summaries, out)
+    if experiment.key == budget.KEY:
+        lines += budget.section(result)
     if experiment.key == "main":
         lines += _bias_tables(summaries)
         lines += _time_table(result)

@@ -121,6 +121,7 @@ def run(spec: RunSpec, trace: list[dict[str, np.ndarray]] | None = None) -> RunR
                     "styles": batch.styles,
                     "uids": task.uids(step),
                     "cluster_ids": cluster_of_prompt[batch.prompts],
+                    "prompt_keys": keys[batch.prompts],
                     "advantages": advantages,
                     "grad": grad,
                     "update": update,

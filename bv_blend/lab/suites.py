@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from bv_blend.lab.budget import budget_experiment
 from bv_blend.lab.env import EnvConfig
 from bv_blend.lab.estimators import ESTIMATORS, EstimatorSpec
 from bv_blend.lab.experiments import Arm, Experiment
@@ -195,6 +196,9 @@ def sgd_experiment(steps: int, keys: Sequence[str]) -> Experiment:
 def quick() -> Suite:
     steps = 100
     experiments = [
+        budget_experiment(steps, (1, 2, 8), group_size_env,
+                          methods=(("grpo", ""), ("bv_prompt_cluster", ""), ("spo", ""), ("spo", "history"),
+                                   ("oracle", ""), ("grpo", "oracle"))),  # fmt: skip
         main_experiment(steps, match=("grpo", "bv_sem", "bv_fixed", "oracle")),
         group_size_experiment(steps, ("grpo", "bv_sem"), (1, 2, 4, 8, 16), match=()),
         codebook_experiment(steps, ("true", "global", "random"), sizes=(2,)),
@@ -206,6 +210,7 @@ def full() -> Suite:
     steps = 250
     experiments = [
         main_experiment(steps),
+        budget_experiment(steps, (1, 2, 4, 8, 16), group_size_env),
         ablation_experiment(steps, size=2),
         group_size_experiment(
             steps,

@@ -106,3 +106,53 @@ def test_algorithm_config_is_verls_default_node_with_the_options():
     assert node.adv_estimator == "grpo" and node.norm_adv_by_std_in_grpo is False
     assert node.gamma == 1.0 and node.lam == 1.0 and "kl_ctrl" in node  # verl's own defaults
     assert offline.algorithm_config("grpo").norm_adv_by_std_in_grpo is True  # a fresh copy each time
+
+
+@pytest.mark.parametrize(("key", "level"), [("spo", None), ("bv_prompt", "prompt"), ("bv_prompt_cluster",
+                                                                                    "prompt_and_cluster")])  # fmt: skip
+def test_lab_prompt_histories_equal_the_estimators_with_the_same_history(key, level):
+    """SPO and BV-Blend's prompt levels, fed the traced batches with each prompt's key: the lab's advantages are the
+    estimator's, and prompts came back (the history was read)."""
+    from bv_blend import SPOEstimator
+
+    trace = traced(key, steps=20)
+    direct = SPOEstimator() if level is None else BVBlendEstimator(SMALL.num_clusters,
+                                                                   BVBlendConfig(history_level=level))  # fmt: skip
+    for step in trace:
+        rewards, mask, uids, clusters = verl_face(step)
+        keys = np.repeat(step["prompt_keys"], step["rewards"].shape[1])
+        if level is None:
+            expected, _ = direct.compute_token_level(rewards, mask, uids, keys)
+        else:
+            expected, _ = direct.compute_token_level(rewards, mask, uids, torch.from_numpy(clusters), prompt_keys=keys)
+        np.testing.assert_array_equal(lab_advantages(step), expected[:, 0].numpy().astype(np.float64))
+    tracked = len(direct.tracker) if level is None else len(direct.prompts)
+    assert tracked < sum(len(step["prompt_keys"]) for step in trace), "no prompt came back"
+
+
+@pytest.mark.parametrize("key", ["spo", "bv_prompt_cluster"])
+def test_the_labs_history_sampler_draws_with_the_shipped_functions(key):
+    """Each step's prompts are the shipped draw (sqrt(p (1 - p)) + 0.05) from the estimator's p^ before the step, as
+    verl's sampler reads it, with the task's own sampler stream."""
+    from bv_blend.history.sampler import draw, prompt_weights
+    from bv_blend.lab.env import Task
+
+    trace = traced(key, steps=10, sampler="history")
+    task = Task(SMALL, 1, 10)
+    keys, clusters = task.prompt_keys(), task.codebook("true")[0]
+    rng, estimator = task.sampler_rng(), Advantages(ESTIMATORS[key], SMALL.num_clusters)
+    for step in trace:
+        p_hat = offline.success_estimates(estimator.algorithm, keys, clusters)
+        np.testing.assert_array_equal(step["prompts"], draw(prompt_weights(p_hat), SMALL.prompts_per_step, rng))
+        estimator(step["rewards"], step["uids"], step["cluster_ids"], step["success_prob"], step["prompt_keys"])
+
+
+def test_the_oracle_sampler_draws_by_the_true_success():
+    from bv_blend.history.sampler import draw, prompt_weights
+    from bv_blend.lab.env import Policy, Task, sigmoid
+
+    trace = traced("grpo", steps=1, sampler="oracle")
+    task = Task(SMALL, 1, 1)
+    p = sigmoid(Policy(task).logits(task.difficulty(0)))
+    np.testing.assert_array_equal(trace[0]["prompts"], draw(prompt_weights(p), SMALL.prompts_per_step,
+                                                            task.sampler_rng()))  # fmt: skip

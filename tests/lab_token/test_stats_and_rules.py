@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from bv_blend.lab.token import selection, stats
+from bv_blend.lab import stats
+from bv_blend.lab.token import selection
 from bv_blend.lab.token.report import _reach
 
 X = np.array([0, 10, 20, 30, 40]) * 64

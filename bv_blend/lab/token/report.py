@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from bv_blend.demo.task import FAMILIES
-from bv_blend.lab.token import plots, stats
+from bv_blend.lab import stats
+from bv_blend.lab.token import plots
 from bv_blend.lab.token.arms import ARMS, REFERENCE, TokenArm
 from bv_blend.lab.token.guide import guide
 from bv_blend.lab.token.runner import SuiteResults, final_values

@@ -22,8 +22,9 @@ from tqdm import tqdm
 
 from bv_blend.demo.standin import warmed_up_model
 from bv_blend.demo.task import FAMILIES, held_out_problems
+from bv_blend.lab import stats
 from bv_blend.lab.token import run as run_module
-from bv_blend.lab.token import selection, stats
+from bv_blend.lab.token import selection
 from bv_blend.lab.token.arms import ARMS, REFERENCE, TokenArm, unavailable_reason
 from bv_blend.lab.token.run import LabSettings, RunRecord
 from bv_blend.lab.token.store import Store
