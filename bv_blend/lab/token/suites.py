@@ -3,7 +3,7 @@
 - ``select``: GRPO n=8 alone, 4 learning rates around the stand-in's 1e-4, on seeds 100-102 (not the comparison's),
   at the longest run that fits the full suite's time budget; selection.py's rule, written before it ran, picks the
   learning rate and the step count, which go to frozen.json beside this file.
-- ``full``: every arm of arms.ARMS at the frozen learning rate and step count, seeds 0-19 paired by seed; its report
+- ``full``: every arm of arms.ARMS at the frozen learning rate and step count, seeds 0-9 paired by seed; its report
   is docs/lab_token.md. ``--lr-sweep`` adds the three-point learning-rate check (x0.5, x1, x2) for the reference
   and for the arm that comes out best.
 - ``quick``: the same arms, 3 seeds x 40 steps, fewer held-out samples: a smoke check of a few minutes.
@@ -21,7 +21,7 @@ from bv_blend.lab.token.run import LabSettings
 
 FROZEN = Path(__file__).with_name("frozen.json")
 LR_SWEEP_FACTORS = (0.5, 2.0)  # with x1 (the comparison itself): the three-point check of point 3
-COMPARISON_SEEDS = tuple(range(20))
+COMPARISON_SEEDS = tuple(range(10))
 SELECTION_SEEDS = (100, 101, 102)
 SELECTION_LRS = (5e-5, 1e-4, 2e-4, 4e-4)
 # The longest run for which the full suite (9 arms x 10 seeds, 2 worker processes) fits in 2 hours on 2 cores,
