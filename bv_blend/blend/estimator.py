@@ -356,7 +356,7 @@ class BVBlendEstimator:
         if sums.rows > 0:
             self.moments.fold(sums.cluster_stats)
             if visits is not None and visits[0]:
-                self.prompts.table.commit(visits[0], self.prompts.visited(*visits))
+                self.prompts.fold(*visits)
             self.num_updates += 1
         self.metrics = sums.metrics(*self._sizes())
 

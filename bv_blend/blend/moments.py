@@ -184,10 +184,12 @@ class PromptMoments:
         count, mean, second = (self.table.column(name, rows, 0.0) for name in self.COLUMNS)
         return count, mean, second, rows >= 0
 
-    def visited(self, keys: Sequence[str], stats: np.ndarray) -> np.ndarray:
-        """The (3, n) new (N, m1, m2) of the visited ``keys`` (distinct), from their (3, n) sums S1, S2, n."""
-        count, mean, second, seen = self.lookup(keys)
-        return np.stack(folded((count, mean, second), seen, stats, self.decay, self.n0, self.v_prior))
+    def fold(self, keys: Sequence[str], stats: np.ndarray) -> None:
+        """Fold a call's visits into the table: the visited ``keys`` (distinct) with their (3, n) sums S1, S2, n."""
+        rows = self.table.rows_of(keys)
+        count, mean, second = (self.table.column(name, rows, 0.0) for name in self.COLUMNS)
+        new = folded((count, mean, second), rows >= 0, stats, self.decay, self.n0, self.v_prior)
+        self.table.commit(keys, np.stack(new), rows)
 
     def warm_start(self, keys: Sequence[str], scores: Sequence[np.ndarray], n0_prior: float) -> None:
         """Start prompts from prior scores (history_spec 4): N_p = min(N, n0_prior), m1_p and m2_p their mean and

@@ -37,6 +37,8 @@ class PromptTable:
 
     def rows_of(self, keys: Iterable[str]) -> np.ndarray:
         """(n,) int64: each key's row in the table, -1 for a prompt not in it."""
+        if not self._row:
+            return np.full(len(keys), -1, dtype=np.int64) if hasattr(keys, "__len__") else np.full(0, -1)
         return np.fromiter((self._row.get(key, -1) for key in keys), dtype=np.int64)
 
     def column(self, name: str, rows: np.ndarray, missing: float | np.ndarray) -> np.ndarray:
@@ -44,9 +46,10 @@ class PromptTable:
         values = self.values[self.columns.index(name)]
         return np.where(rows >= 0, values[np.maximum(rows, 0)] if values.size else 0.0, missing)
 
-    def commit(self, keys: Sequence[str], new_values: np.ndarray) -> None:
-        """Write (C, n) ``new_values`` for ``keys`` (unique): overwrite the prompts in the table, append the others."""
-        rows = self.rows_of(keys)
+    def commit(self, keys: Sequence[str], new_values: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """Write (C, n) ``new_values`` for ``keys`` (unique): overwrite the prompts in the table, append the others.
+        ``rows``: the keys' :meth:`rows_of`, when the caller has them already."""
+        rows = self.rows_of(keys) if rows is None else rows.copy()
         fresh = np.flatnonzero(rows < 0)
         if fresh.size:
             start = len(self.keys)

@@ -1,5 +1,5 @@
 """The comparison configs of the companion methods and of the history family (SPO, BV-Blend's prompt level):
-configs/paper/<name>.yaml (docs/companions.md and docs/spo.md, Configs).
+configs/paper/<name>.yaml (docs/companions.md and docs/history.md).
 
 Each inherits the paper's main run and changes only the keys listed here: the estimator (and its declared options),
 the rollouts per prompt with the batch sizes that keep the main run's 128 trajectories per step, and the policy loss.
@@ -12,6 +12,7 @@ ESTIMATOR = frozenset({"algorithm.adv_estimator"})
 BUDGET = frozenset(
     {"actor_rollout_ref.rollout.n", "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"}
 )
+SAMPLER = frozenset({"data.history_sampler.enable", "data.dataloader_num_workers"})
 NTF_LOSS = frozenset(
     f"actor_rollout_ref.actor.policy_loss.{key}" for key in ("_target_", "loss_mode", "ntf_keep_ratio")
 )
@@ -38,4 +39,8 @@ COMPANION_COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
                     BUDGET | {"algorithm.bv_blend.history_level"}),
     "bv_blend_n2_priors": ("bv_blend_n2 started from offline priors",
                            BUDGET | {"algorithm.bv_blend.history_level", "algorithm.bv_blend.prior_file"}),
+    "bv_blend_n2_sampler": ("bv_blend_n2 with the history-driven prompt sampler",
+                            BUDGET | {"algorithm.bv_blend.history_level"} | SAMPLER),
+    "spo_sampler": ("SPO at one rollout with the history-driven prompt sampler",
+                    ESTIMATOR | BUDGET | section_keys("spo") | SAMPLER),
 }  # fmt: skip

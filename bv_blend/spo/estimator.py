@@ -13,7 +13,7 @@ initial policy) a prompt starts at alpha = N_init (sum s + 0.5) / (N + 1), beta 
 N_init = 1 / (1 - rho_min). Rewards must lie in [0, 1] (the tracker is a Beta posterior).
 
 When torch.distributed runs with several ranks, the batch normalisation's sums are all-reduced and the visits
-all-gathered, so every rank ends the call with the same tracker. docs/spo.md documents every choice.
+all-gathered, so every rank ends the call with the same tracker. docs/history.md documents every choice.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class SPOEstimator:
         )
 
         # (1, 2) Each row's prompt success estimate from the tracker before this call, and a = r - p^.
-        alpha, beta, tracked = self._beta(visit_keys)
+        alpha, beta, rows_before = self._beta(visit_keys)
         visit_of_group = np.zeros(rows.num_groups, dtype=np.int64)  # groups without a valid row: masked below
         visit_of_group[present] = visit_of_present
         visit_of_row = visit_of_group[rows.codes]
@@ -174,12 +174,12 @@ class SPOEstimator:
         # (4) One visit per prompt key: alpha <- rho alpha + R, beta <- rho beta + (n - R); gathered across ranks.
         if sync:
             visit_keys, visit_rewards, visit_rows = self._gathered(visit_keys, visit_rewards, visit_rows)
-            alpha, beta, tracked = self._beta(visit_keys)
+            alpha, beta, rows_before = self._beta(visit_keys)
         rho = self.config.rho
         new_values = np.stack((rho * alpha + visit_rewards, rho * beta + (visit_rows - visit_rewards)))
-        first_visits = float(len(visit_keys) - tracked.sum())
+        first_visits = float(np.count_nonzero(rows_before < 0))
         if visit_keys:
-            self.tracker.commit(visit_keys, new_values)
+            self.tracker.commit(visit_keys, new_values, rows_before)
             self.num_updates += 1
         metrics = {
             "spo/p_hat_mean": sums[2] / max(count, 1.0),
@@ -212,19 +212,20 @@ class SPOEstimator:
 
     def success_estimates(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(p^, known) per key: alpha / (alpha + beta), and whether the tracker (not the prior) gave it."""
-        alpha, beta, tracked = self._beta(list(keys))
-        return alpha / (alpha + beta), tracked
+        alpha, beta, rows = self._beta(list(keys))
+        return alpha / (alpha + beta), rows >= 0
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _beta(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(alpha, beta, tracked) of each key before this call: the tracker's, else the prior (offline or 0.5)."""
+        """(alpha, beta, tracker rows) of each key before this call: the tracker's, else the prior (offline or 0.5);
+        a row is -1 for a prompt the tracker does not hold yet."""
         rows = self.tracker.rows_of(keys)
         prior_rows = self.priors.rows_of(keys)
         prior_alpha = self.priors.column("alpha", prior_rows, PRIOR)
         prior_beta = self.priors.column("beta", prior_rows, PRIOR)
         alpha = self.tracker.column("alpha", rows, prior_alpha)
         beta = self.tracker.column("beta", rows, prior_beta)
-        return alpha, beta, rows >= 0
+        return alpha, beta, rows
 
     @staticmethod
     def _gathered(keys: list[str], rewards: np.ndarray, counts: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
