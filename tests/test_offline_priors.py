@@ -191,6 +191,17 @@ def test_val_only_overrides_sample_the_training_prompts_at_the_runs_temperature(
     assert job.algorithm.bv_blend.prior_file is None  # the file this run writes is not read by it
 
 
+def test_every_key_the_val_only_run_sets_is_one_verl_declares_and_reads(assets, tmp_path):
+    from tests._verl_schema import check_key  # the schema of the installed verl and the reads in its source
+
+    config = compose("cpu_tiny", [*assets["overrides"], "algorithm.adv_estimator=spo",
+                                  "+algorithm.spo.offline_values=null"])
+    keys = [override.split("=", 1)[0] for override in val_only_overrides(config, 8, tmp_path)]
+    assert "trainer.val_only" in keys and "algorithm.bv_blend.prior_file" in keys
+    assert "algorithm.spo.offline_values" in keys
+    assert [finding for key in keys if (finding := check_key(key))] == []
+
+
 def test_greedy_sampling_is_refused(assets, tmp_path):
     config = compose("cpu_tiny", [*assets["overrides"], "actor_rollout_ref.rollout.temperature=0"])
     with pytest.raises(ValueError, match="greedy policy gives N copies"):
