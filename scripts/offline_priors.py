@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(job.shell(), flush=True)
+    if args.from_dump is None or args.dry_run:
+        print(job.shell(), flush=True)
     if args.dry_run:
         print(f"dry run: the config composes and its inputs exist; the dump would go to {job.dump_path}")
         return 0

@@ -260,6 +260,17 @@ def test_a_missing_training_file_fails_before_the_trainer_starts(assets, tmp_pat
     assert rc == 2 and "/no/such.parquet does not exist" in capsys.readouterr().err and no_run == []
 
 
+def test_the_script_converts_an_earlier_dump_without_generating(assets, tmp_path, capsys, no_run):
+    frame = _rows(assets["train"])
+    samples = [(_as_verl_decodes(assets["tokenizer"], m.tolist()), 1.0, r["ground_truth"])
+               for m, r in zip(frame["prompt"], frame["reward_model"], strict=True)]
+    dump, out = _dump(tmp_path, samples), tmp_path / "priors.json"
+    assert _script().main(["--cpu", "--from-dump", str(dump), "--out", str(out), *assets["overrides"]]) == 0
+    printed = capsys.readouterr().out
+    assert no_run == [] and set(load_priors(out, "test")) == set(map(prompt_key, frame["prompt"]))
+    assert "all-right prompts: 100.0%" in printed and "wall time" in printed
+
+
 @pytest.mark.slow
 def test_the_dry_run_prints_a_command_verls_main_ppo_composes(assets, tmp_path, capsys, no_run):
     out = tmp_path / "priors.json"

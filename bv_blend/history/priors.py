@@ -210,9 +210,11 @@ def scores_from_dump(
         for key in narrowed:
             scores.setdefault(key, []).append(float(sample.score))
     if unmatched:
-        shown = "; ".join(f"line {s.line} ({why}): {s.prompt!r:.160}" for s, why in unmatched[:3])
+        first = list({s.prompt: (s, why) for s, why in unmatched[::-1]}.values())  # each prompt's first sample
+        first = sorted(first, key=lambda item: item[0].line)[:3]
+        shown = "; ".join(f"line {s.line} ({why}): {s.prompt!r:.160}" for s, why in first)
         raise UnmatchedSamplesError(
-            f"{len(unmatched)} of the {len(samples)} samples in {source} match no training row: {shown}. Each "
+            f"{len(unmatched)} of the {len(samples)} samples in {source} match no training row, e.g. {shown}. Each "
             "sample's input must equal a training row's prompt as verl renders it (the tokenizer's chat template with "
             "the generation prompt, left-truncated to rollout.prompt_length, decoded without special tokens). Was the "
             "dump made with these training files, this tokenizer and data.apply_chat_template_kwargs?"
