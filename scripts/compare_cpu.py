@@ -1,11 +1,13 @@
-"""GRPO vs BV-Blend on verl's stock trainer on CPU: several seeds, two group sizes at the same rollout budget,
-validated on held-out prompts; writes a table and a plot into docs/benchmarks.md (docs/benchmarks.md says more).
+"""Named arms (an estimator, its overrides, a group size: bv_blend/demo/compare.py, ARMS) on verl's stock trainer
+on CPU: several seeds, the same rollout budget for every arm, validated on held-out prompts, every arm paired by
+seed with a reference arm; writes tables and a plot into docs/benchmarks.md (docs/benchmarks.md says more).
 
 Runs unattended for hours and resumes: run the same command again after an interruption, and the finished runs
 are skipped (an unfinished one restarts). Ctrl-C or SIGTERM stops the current verl run and every process it started.
 
-    python scripts/compare_cpu.py                                   # the full comparison (~2 h on 2 cores)
-    python scripts/compare_cpu.py --seeds 0 --group-sizes 4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
+    python scripts/compare_cpu.py                                   # GRPO and BV-Blend at n=4 and n=2, 3 seeds
+    python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
+    python scripts/compare_cpu.py --seeds 0 --arms grpo:4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
 """
 
 from __future__ import annotations
@@ -18,20 +20,27 @@ import time
 from datetime import date
 from pathlib import Path
 
+import pandas as pd
 from tqdm.auto import tqdm
 
 from bv_blend.demo import compare
-from bv_blend.demo.pipeline import METHODS, DemoSettings, prepare
+from bv_blend.demo.pipeline import DemoSettings, prepare
 from bv_blend.machine import describe_cpu
+
+DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (docs/benchmarks.md)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("compare_out"), help="runs, results and the shared model")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--group-sizes", type=int, nargs="+", default=[4, 2], help="rollouts per prompt")
-    p.add_argument("--rollouts-per-step", type=int, default=32, help="prompts x group size, the same for every n")
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, metavar="ARM:N",
+                   help=f"arms and their group sizes; arms: {', '.join(compare.ARMS)}")
+    p.add_argument("--reference", metavar="ARM:N", default=None,
+                   help="the arm every other is paired with (default: grpo:8 if run, else the first of --arms)")
+    p.add_argument("--rollouts-per-step", type=int, default=32, help="prompts x group size, the same for every arm")
+    p.add_argument("--train-prompts", type=int, default=None,
+                   help="training rows every run draws from (default: steps x the largest batch, each row once)")
     p.add_argument("--steps", type=int, default=100, help="RL steps per run")
     p.add_argument("--test-freq", type=int, default=20, help="validate every this many steps (and before and after)")
     p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
@@ -44,7 +53,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
         p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
     try:
-        a.specs = compare.grid(a.methods, a.group_sizes, a.rollouts_per_step, a.seeds)
+        a.arm_sizes = [compare.parse_arm(text) for text in a.arms]
+        a.specs = compare.grid(a.arm_sizes, a.rollouts_per_step, a.seeds)
+        a.pool = compare.pool_size(a.specs, a.steps, a.train_prompts)
+        if a.reference is None:
+            a.reference = ("grpo", 8) if ("grpo", 8) in a.arm_sizes else a.arm_sizes[0]
+        else:
+            a.reference = compare.parse_arm(a.reference)
+            if a.reference not in a.arm_sizes:
+                raise ValueError(f"--reference {a.reference[0]}:{a.reference[1]} is not one of --arms")
     except ValueError as e:
         p.error(str(e))
     return a
@@ -55,10 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     # SIGTERM ends the process through Python's exit path, so that run_trainer's clean-up stops the verl run
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    # every run trains on at most steps x (largest batch) rows of one shared preparation
-    largest_batch = max(spec.batch for spec in a.specs)
+    # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
     s = DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
-                     val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.steps * largest_batch)
+                     val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool)
     key = compare.settings_key(s)
     todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
@@ -92,17 +108,21 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     key = compare.settings_key(s)
     results = [compare.load_result(a.out, spec, key) for spec in finished]
     png = a.docs.with_name(a.docs.stem + "_cpu.png")
-    compare.plot_comparison(results, png)
+    compare.plot_comparison(results, png, a.reference)
     run_args = [arg for arg in argv if arg != "--report"]
     command = "python scripts/compare_cpu.py" + (" " + shlex.join(run_args) if run_args else "")
-    settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "lr": a.lr, "warm-up steps": a.warmup_steps,
-                "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples, "test_freq": a.test_freq}
+    settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "train prompts": s.n_train, "lr": a.lr,
+                "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
+                "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}"}
     wall_s = None if missing else time.time() - started
     generated = compare.results_markdown(results, command, describe_cpu(), png.name, wall_s,
-                                         {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing)
+                                         {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing,
+                                         a.reference)
     doc = compare.write_benchmarks(a.docs, generated)
-    print(compare.summary_table(results).to_string())
-    print(compare.paired_differences(results).to_string())
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(compare.summary_table(results).to_string())
+        print(compare.paired_differences(results, a.reference).to_string())
+        print(compare.sampler_table(results).to_string())
     print(f"[compare] wrote {doc} and {png}")
 
 

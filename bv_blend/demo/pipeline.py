@@ -12,12 +12,14 @@ scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its mul
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -162,16 +164,24 @@ def _prepared_from(saved: dict) -> Prepared:
 
 def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
                    batch: int | None = None, steps: int | None = None, seed: int | None = None,
-                   val_before_train: bool = True) -> list[str]:
+                   val_before_train: bool = True, extra: Sequence[str] = ()) -> list[str]:
     """The per-run hydra overrides on top of configs/cpu_tiny.yaml; identical between methods but the estimator.
 
     ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them);
     ``val_before_train=False`` skips verl's step-0 validation (the demo's second run, which shares the first's).
+    ``extra`` are an arm's own overrides (scripts/compare_cpu.py's arms: a history level, the prompt sampler); one
+    that sets a key set here is refused, since two values for one key would leave it to hydra which one wins.
     """
     n, batch = n or s.n, batch or s.batch
     steps = steps or s.steps
     seed = s.seed if seed is None else seed
-    return [
+    if s.n_train < batch:
+        raise ValueError(f"{s.n_train} training rows cannot fill a batch of {batch} prompts")
+    # verl stops after trainer.total_epochs passes over the training rows even when total_training_steps is larger:
+    # a pool smaller than steps x batch (prompts that come back, for a per-prompt history) needs several epochs;
+    # verl's loader drops the last incomplete batch of each epoch
+    epochs = math.ceil(steps / (s.n_train // batch))
+    base = [
         f"algorithm.adv_estimator={method}",
         f"algorithm.bv_blend.codebook_path={prepared.codebook}",
         f"actor_rollout_ref.model.path={prepared.model}",
@@ -195,7 +205,19 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
         f"trainer.default_local_dir={run_dir / 'checkpoints'}",
         f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
         f"trainer.validation_data_dir={run_dir / 'validation'}",
+        f"trainer.total_epochs={epochs}",
     ]
+    keys = {_override_key(o) for o in base}
+    clashes = [o for o in extra if _override_key(o) in keys]
+    if clashes:
+        raise ValueError(f"the overrides {clashes} set keys the demo sets for every run: change DemoSettings or the "
+                         "run's arguments instead")
+    return [*base, *extra]
+
+
+def _override_key(override: str) -> str:
+    """The config key of a hydra override (``++a.b=1`` -> ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threading.Event,
@@ -249,8 +271,8 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
 
 
 def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
-               on_step: Callable[[int], None] | None = None, **run: int | None) -> Path:
-    """One training run of ``method`` into ``run_dir``; raises if it fails.
+               on_step: Callable[[int], None] | None = None, **run: Any) -> Path:
+    """One training run of ``method`` into ``run_dir``; raises if it fails. ``run``: :func:`verl_overrides`' keywords.
 
     ``own_start=False`` skips verl's validation before training: the demo's second run is measured from the first
     run's step-0 validation (the shared start). scripts/compare_cpu.py keeps each run's own.

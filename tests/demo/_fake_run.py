@@ -70,8 +70,11 @@ def _val_metrics(validation: dict[int, dict[str, list[int]]], step: int) -> dict
             | {f"val-aux/{f}/acc/std@{samples}": 0.1 for f in means})  # not a pass rate: ignored
 
 
-def write_fake_run(folder: Path, method: str = "grpo", own_start: bool = True) -> Path:
-    """A method run; ``own_start=False``: without its step-0 validation (``trainer.val_before_train=false``)."""
+def write_fake_run(folder: Path, method: str = "grpo", own_start: bool = True,
+                   rollouts: dict[int, list[tuple[str, list[int]]]] | None = None,
+                   extra_metrics: dict[int, dict[str, float]] | None = None) -> Path:
+    """A method run; ``own_start=False``: without its step-0 validation (``trainer.val_before_train=false``).
+    ``rollouts`` replaces :data:`ROLLOUTS`; ``extra_metrics`` (step -> metrics) joins the steps' logged metrics."""
     validation = validation_of(method, own_start)
     _write_validation(folder, validation)
     (folder / "rollouts").mkdir()
@@ -82,9 +85,10 @@ def write_fake_run(folder: Path, method: str = "grpo", own_start: bool = True) -
             data |= {"timing_s/step": STEP_TIME[step], "timing_s/adv": ADV_TIME[step], "critic/score/mean": 0.5}
             if method == "bv_blend":
                 data |= {"bv_blend/effective_signal_ratio": BV_SIGNAL[step], "bv_blend/grpo_signal_ratio": 0.25}
+        data |= (extra_metrics or {}).get(step, {})
         lines.append(json.dumps({"step": step, "data": data}))
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    for step, groups in ROLLOUTS.items():
+    for step, groups in (ROLLOUTS if rollouts is None else rollouts).items():
         rows = [{"input": _prompt(q), "output": "#### 2", "gts": "2", "score": float(s), "step": step,
                  "uid": f"uid{step}-{g}_{j}_0"}
                 for g, (q, scores) in enumerate(groups) for j, s in enumerate(scores)]

@@ -1,44 +1,116 @@
-"""scripts/compare_cpu.py's bookkeeping (resume), aggregation over seeds and docs writing, without verl runs: the
-verl run is replaced by a folder written like verl writes it (tests/demo/_fake_run.py)."""
+"""scripts/compare_cpu.py's arms, bookkeeping (resume), aggregation over seeds, pairing with a reference and docs
+writing, without verl runs: the verl run is replaced by a folder written like verl writes it
+(tests/demo/_fake_run.py). The arms' overrides are composed with verl's real config."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import math
+import os
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
 
+from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
 from bv_blend.demo import compare
-from bv_blend.demo.pipeline import DemoSettings, Prepared
+from bv_blend.demo.pipeline import DemoSettings, Prepared, verl_overrides
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_cpu.py"
 
 
-def test_grid_gives_every_group_size_the_same_rollout_budget_seeds_outermost():
-    specs = compare.grid(["grpo", "bv_blend"], [4, 2], 32, [0, 1])
-    assert [(s.method, s.n, s.batch, s.seed) for s in specs[:4]] == [
-        ("grpo", 4, 8, 0), ("bv_blend", 4, 8, 0), ("grpo", 2, 16, 0), ("bv_blend", 2, 16, 0)]
+# ------------------------------------------------------------------------------------------------------- arms
+def test_grid_gives_every_arm_the_same_rollout_budget_seeds_outermost():
+    specs = compare.grid([("grpo", 8), ("spo", 1), ("spo_sampler", 1), ("bv_blend_prompt", 2)], 32, [0, 1])
+    assert [(s.arm, s.n, s.batch, s.seed, s.estimator) for s in specs[:4]] == [
+        ("grpo", 8, 4, 0, "grpo"), ("spo", 1, 32, 0, "spo"), ("spo_sampler", 1, 32, 0, "spo"),
+        ("bv_blend_prompt", 2, 16, 0, "bv_blend")]
+    assert [s.seed for s in specs] == [0] * 4 + [1] * 4
     assert len(specs) == 8 and {s.n * s.batch for s in specs} == {32}
-    assert len({s.name for s in specs}) == 8
+    assert len({s.name for s in specs}) == 8 and specs[2].name == "spo_sampler_n1_seed0"
+    assert specs[2].samples_by_history and not specs[1].samples_by_history
+    assert specs[2].overrides == compare.SAMPLER and specs[3].overrides == compare.PROMPT_LEVEL
+    # the same arm at two group sizes is two arms
+    assert [s.name for s in compare.grid([("grpo", 4), ("grpo", 2)], 8, [0])] == ["grpo_n4_seed0", "grpo_n2_seed0"]
 
 
-@pytest.mark.parametrize(("sizes", "seeds", "match"), [
-    ([3], [0], "group size 3 must be >= 2 and divide --rollouts-per-step 32"),
-    ([1], [0], "group size 1 must be >= 2"),
-    ([4, 4], [0], "must not repeat"),
-    ([4], [1, 1], "must not repeat"),
+@pytest.mark.parametrize(("arms", "seeds", "match"), [
+    ([("grpo", 3)], [0], "group size 3 of grpo must be >= 1 and divide --rollouts-per-step 32"),
+    ([("spo", 0)], [0], "group size 0 of spo must be >= 1"),
+    ([("nope", 4)], [0], "unknown arm 'nope'; the arms are grpo, bv_blend"),
+    ([("grpo", 4), ("grpo", 4)], [0], "must not repeat"),
+    ([("grpo", 4)], [1, 1], "must not repeat"),
 ])
-def test_grid_refuses_bad_settings(sizes, seeds, match):
+def test_grid_refuses_bad_settings(arms, seeds, match):
     with pytest.raises(ValueError, match=match):
-        compare.grid(["grpo"], sizes, 32, seeds)
+        compare.grid(arms, 32, seeds)
 
 
+def test_arms_are_parsed_as_arm_colon_group_size():
+    assert compare.parse_arm("spo_sampler:1") == ("spo_sampler", 1)
+    for text, match in [("grpo", "not ARM:N"), ("grpo:x", "not ARM:N"), ("gpro:8", "unknown arm 'gpro'")]:
+        with pytest.raises(ValueError, match=match):
+            compare.parse_arm(text)
+
+
+def test_the_pool_is_steps_times_the_largest_batch_unless_given():
+    specs = compare.grid([("grpo", 8), ("spo", 1)], 32, [0])
+    assert compare.pool_size(specs, 60, None) == 60 * 32  # the old behaviour: every row seen once
+    assert compare.pool_size(specs, 60, 320) == 320
+    with pytest.raises(ValueError, match="smaller than the largest batch"):
+        compare.pool_size(specs, 60, 16)
+
+
+def _compose(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose(DEFAULT_CPU_CONFIG, overrides=overrides)  # what the launcher runs, by name
+
+
+def _prepared(tmp_path: Path) -> Prepared:
+    return Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
+                    codebook=tmp_path / "codebook.npz")
+
+
+@pytest.mark.parametrize("arm", list(compare.ARMS))
+def test_every_arm_composes_with_verl_config_and_a_small_pool_gets_the_epochs_it_needs(tmp_path, arm):
+    """Every key an arm overrides exists in verl's config (hydra refuses unknown keys), and a pool of 320 rows runs
+    60 steps: verl stops after trainer.total_epochs passes, whatever total_training_steps says."""
+    spec = compare.grid([(arm, 1)], 32, [3])[0]
+    s = DemoSettings(work_dir=tmp_path, steps=60, n_train=320)
+    config = _compose(verl_overrides(s, spec.estimator, _prepared(tmp_path), tmp_path / "run", n=spec.n,
+                                     batch=spec.batch, seed=spec.seed, extra=spec.overrides))
+    assert config.algorithm.adv_estimator == compare.ARMS[arm].estimator
+    assert (config.actor_rollout_ref.rollout.n, config.data.train_batch_size) == (1, 32)
+    assert config.data.history_sampler.enable is compare.ARMS[arm].samples_by_history
+    if compare.ARMS[arm].samples_by_history:  # what bv_blend/verl/sampler.py requires
+        assert config.data.shuffle is True and config.data.dataloader_num_workers == 0
+    level = "prompt_and_cluster" if "prompt" in arm else "cluster"
+    assert config.algorithm.bv_blend.history_level == level
+    # 320 // 32 = 10 batches an epoch: 6 epochs for 60 steps
+    assert (config.trainer.total_epochs, config.trainer.total_training_steps) == (6, 60)
+
+
+def test_the_epochs_follow_the_pool_and_an_arm_cannot_override_the_demos_keys(tmp_path):
+    s = DemoSettings(work_dir=tmp_path, steps=60, n_train=320)
+    overrides = verl_overrides(s, "grpo", _prepared(tmp_path), tmp_path / "run", n=8, batch=4)
+    assert "trainer.total_epochs=1" in overrides  # 80 batches of 4 an epoch
+    default = DemoSettings(work_dir=tmp_path, steps=60)  # the demo: steps x batch rows, one epoch as before
+    assert "trainer.total_epochs=1" in verl_overrides(default, "grpo", _prepared(tmp_path), tmp_path / "run")
+    # 320 // 48 = 6 whole batches an epoch (verl drops the rest): 10 epochs
+    assert "trainer.total_epochs=10" in verl_overrides(s, "grpo", _prepared(tmp_path), tmp_path / "run", batch=48)
+    with pytest.raises(ValueError, match="set keys the demo sets"):
+        verl_overrides(s, "grpo", _prepared(tmp_path), tmp_path / "run", extra=["++actor_rollout_ref.rollout.n=2"])
+    with pytest.raises(ValueError, match="cannot fill a batch"):
+        verl_overrides(s, "grpo", _prepared(tmp_path), tmp_path / "run", batch=400)
+
+
+# ---------------------------------------------------------------------------------------------- bookkeeping
 @pytest.fixture
 def setup(tmp_path):
     s = DemoSettings(work_dir=tmp_path / "prepared", steps=4, test_freq=2)
@@ -47,10 +119,10 @@ def setup(tmp_path):
     return s, prepared, tmp_path / "out", compare.settings_key(s)
 
 
-def _fake_verl(calls: list, interrupt_for: str | None = None):
+def _fake_verl(calls: list, interrupt_for: str | None = None, **fake):
     def run_method(s, method, prepared, folder, **run):
         calls.append((method, run))
-        write_fake_run_into(folder, method)
+        write_fake_run_into(folder, method, **fake)
         if folder.name == interrupt_for:
             (folder / "metrics.jsonl").write_text("")  # a run cut short: its log is incomplete
             raise KeyboardInterrupt
@@ -59,9 +131,9 @@ def _fake_verl(calls: list, interrupt_for: str | None = None):
     return run_method
 
 
-def write_fake_run_into(folder: Path, method: str) -> None:
+def write_fake_run_into(folder: Path, method: str, **fake) -> None:
     tmp = folder.with_name(folder.name + ".fake")
-    write_fake_run(tmp, method)
+    write_fake_run(tmp, method, **fake)
     for item in tmp.iterdir():
         item.rename(folder / item.name)
     tmp.rmdir()
@@ -69,7 +141,7 @@ def write_fake_run_into(folder: Path, method: str) -> None:
 
 def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monkeypatch):
     s, prepared, out, key = setup
-    specs = compare.grid(["grpo", "bv_blend"], [4], 8, [0])
+    specs = compare.grid([("grpo", 4), ("bv_blend_prompt", 4)], 8, [0])
     calls: list = []
     monkeypatch.setattr(compare, "run_method", _fake_verl(calls, interrupt_for=specs[1].name))
     compare.run_one(s, prepared, out, specs[0], key)
@@ -78,7 +150,8 @@ def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monke
     # the interrupted run left files but no result: it is still pending, the finished one is not
     assert (compare.run_dir(out, specs[1]) / "metrics.jsonl").exists()
     assert compare.pending(out, specs, key) == [specs[1]]
-    assert calls == [("grpo", {"n": 4, "batch": 2, "seed": 0}), ("bv_blend", {"n": 4, "batch": 2, "seed": 0})]
+    assert calls == [("grpo", {"n": 4, "batch": 2, "seed": 0, "extra": ()}),
+                     ("bv_blend", {"n": 4, "batch": 2, "seed": 0, "extra": compare.PROMPT_LEVEL})]
     # restart: only the pending run runs again, in an emptied folder
     (compare.run_dir(out, specs[1]) / "leftover.txt").write_text("from the interrupted attempt")
     monkeypatch.setattr(compare, "run_method", _fake_verl(calls))
@@ -88,8 +161,59 @@ def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monke
     assert not (compare.run_dir(out, specs[1]) / "leftover.txt").exists()
     assert [c[0] for c in calls] == ["grpo", "bv_blend", "bv_blend"]
     result = compare.load_result(out, specs[1], key)
-    assert result["spec"]["method"] == "bv_blend" and set(result["validation"]) == {"0", "2", "4"}
+    assert result["spec"]["arm"] == "bv_blend_prompt" and set(result["validation"]) == {"0", "2", "4"}
     assert result["summary"]["signal ratio"] == pytest.approx(0.875)
+
+
+def test_a_changed_arm_definition_refuses_its_old_results(setup, monkeypatch):
+    s, prepared, out, key = setup
+    spec = compare.grid([("spo", 1)], 8, [0])[0]
+    monkeypatch.setattr(compare, "run_method", _fake_verl([]))
+    compare.run_one(s, prepared, out, spec, key)
+    assert compare.pending(out, [spec], key) == []
+    changed = compare.RunSpec(spec.arm, spec.n, spec.batch, spec.seed, spec.estimator, ("algorithm.spo.x=1",))
+    with pytest.raises(ValueError, match="was made with other settings"):
+        compare.pending(out, [changed], key)
+
+
+# rollouts at n=1: every group is all-equal; with dump times that give known gaps between steps
+N1_ROLLOUTS = {step: [(f"Add {step} and {i}.", [int(i < 3)]) for i in range(4)] for step in (1, 2, 3, 4)}
+DUMP_TIMES = {1: 100.0, 2: 140.0, 3: 150.0, 4: 161.0}
+SAMPLER_METRICS = {step: {"sampler/weight_entropy": 5.0 + step, "sampler/p_hat_mean_drawn": 0.1 * step,
+                          "sampler/zero_variance_expected": 1.0, "sampler/weight_age_steps": 0.0,
+                          "spo/p_hat_mean": 0.5, "critic/advantages/max": 1.5 * step,
+                          "critic/advantages/min": -7.0 if step == 3 else -1.0,
+                          **({"timing_s/testing": 3.0} if step == 3 else {})} for step in (1, 2, 3, 4)}
+
+
+def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_the_time_between_steps(
+        setup, monkeypatch):
+    s, prepared, out, key = setup
+    spec = compare.grid([("spo_sampler", 1)], 4, [0])[0]
+
+    def fake(s, method, prepared, folder, **run):
+        write_fake_run_into(folder, method, rollouts=N1_ROLLOUTS, extra_metrics=SAMPLER_METRICS)
+        for step, t in DUMP_TIMES.items():
+            os.utime(folder / "rollouts" / f"{step}.jsonl", (t, t))
+        return folder
+
+    monkeypatch.setattr(compare, "run_method", fake)
+    summary = compare.run_one(s, prepared, out, spec, key)["summary"]
+    assert (summary["all-right %"], summary["all-wrong %"], summary["all-equal %"]) == (75.0, 25.0, 100.0)
+    assert math.isnan(summary["signal ratio"])  # not defined for SPO
+    assert summary["max |A|"] == 7.0  # |min| of step 3
+    assert summary["sampler/weight_entropy"] == pytest.approx(7.5) and summary["spo/p_hat_mean"] == 0.5
+    assert summary["sampler/p_hat_mean_drawn"] == pytest.approx(0.25)
+    # steps 1-4 take 30, 4, 5, 6 s (_fake_run.STEP_TIME); verl's V1 trainer dumps a step's rollouts after its
+    # validation: gap 2->3: 10 - 5 - 3 (step 3's validation) = 2; gap 3->4: 11 - 6 = 5; the gap after step 1 is left out
+    assert summary["between steps s"] == pytest.approx(3.5)
+    assert summary["adv time ms"] == pytest.approx(200.0)  # steps 2-4: 0.2, 0.1, 0.3 s
+    table = compare.summary_table([compare.load_result(out, spec, key)])
+    row = table.loc["spo_sampler n=1 (4 prompts)"]
+    assert row["all-equal % (right + wrong)"] == "100.0 (75.0 + 25.0)" and row["signal ratio"] == "n/a"
+    assert row["max abs(A)"] == "7.00" and row["between steps s"] == "3.500"
+    sampler = compare.sampler_table([compare.load_result(out, spec, key)])
+    assert sampler.loc["spo_sampler n=1 (4 prompts)", "sampler/weight_entropy"] == "7.500"
 
 
 def test_progress_follows_the_last_step_verl_logged(tmp_path):
@@ -118,7 +242,7 @@ def _wait_for(condition, timeout_s: float = 10.0) -> None:
 
 def test_half_written_result_is_not_taken_for_finished(setup):
     s, prepared, out, key = setup
-    spec = compare.grid(["grpo"], [4], 8, [0])[0]
+    spec = compare.grid([("grpo", 4)], 8, [0])[0]
     folder = compare.fresh_run_dir(out, spec)
     (folder / "result.tmp").write_text("{")
     assert compare.pending(out, [spec], key) == [spec]
@@ -126,53 +250,97 @@ def test_half_written_result_is_not_taken_for_finished(setup):
 
 def test_results_made_with_other_settings_are_refused(setup, monkeypatch):
     s, prepared, out, key = setup
-    spec = compare.grid(["grpo"], [4], 8, [0])[0]
+    spec = compare.grid([("grpo", 4)], 8, [0])[0]
     monkeypatch.setattr(compare, "run_method", _fake_verl([]))
     compare.run_one(s, prepared, out, spec, key)
     other = compare.settings_key(DemoSettings(work_dir=s.work_dir, steps=8, test_freq=2))
     with pytest.raises(ValueError, match="was made with other settings.*Use another --out folder"):
         compare.pending(out, [spec], other)
+    # another pool is another setting
+    bigger = compare.settings_key(DemoSettings(work_dir=s.work_dir, steps=4, test_freq=2, n_train=320))
+    assert bigger != key and bigger["n_train"] == "320"
 
 
+# ------------------------------------------------------------------------------------------------- statistics
 def test_mean_ci_is_a_t_interval_over_seeds():
     mean, half = compare.mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / math.sqrt(3), rel=1e-6)
     assert compare.mean_ci([0.4])[0] == 0.4 and math.isnan(compare.mean_ci([0.4])[1])
 
 
-def _result(method, n, seed, after, before=0.3):
-    return {"spec": {"method": method, "n": n, "batch": 32 // n, "seed": seed},
-            "validation": {"0": before, "10": (before + after) / 2, "20": after},
+def _result(arm, n, seed, after, before=0.3, curve=None, rollouts=32):
+    spec = compare.RunSpec(arm, n, rollouts // n, seed, compare.ARMS[arm].estimator, compare.ARMS[arm].overrides)
+    validation = curve or {0: before, 10: (before + after) / 2, 20: after}
+    return {"spec": spec.describe(),
+            "validation": {str(k): v for k, v in validation.items()},
             "signal": {"1": 0.5, "2": 0.6},
-            "summary": {"val before": before, "val after": after, "gain": after - before, "signal ratio": 0.55,
-                        "all-right %": 10.0, "all-wrong %": 30.0, "step time s": 3.0, "adv share %": 2.0},
+            "summary": {"val before": validation[0], "val after": validation[max(validation)],
+                        "gain": validation[max(validation)] - validation[0], "signal ratio": 0.55,
+                        "all-right %": 10.0, "all-wrong %": 30.0, "all-equal %": 40.0, "step time s": 3.0,
+                        "adv share %": 2.0, "max |A|": 1.0 + seed, "adv time ms": 20.0, "between steps s": 0.1},
             "wall_s": 600.0}
 
 
 def _grid_results():
-    finals = {("grpo", 4): [0.50, 0.52, 0.54], ("bv_blend", 4): [0.51, 0.53, 0.55],
-              ("grpo", 2): [0.40, 0.42, 0.44], ("bv_blend", 2): [0.60, 0.61, 0.65]}
-    return [_result(m, n, seed, v) for (m, n), values in finals.items() for seed, v in enumerate(values)]
+    finals = {("grpo", 8): [0.50, 0.52, 0.54], ("spo", 1): [0.51, 0.53, 0.55],
+              ("spo_sampler", 1): [0.60, 0.61, 0.65], ("bv_blend_prompt", 2): [0.40, 0.42, 0.44]}
+    return [_result(arm, n, seed, v) for seed in range(3) for (arm, n), values in finals.items()
+            for v in values[seed:seed + 1]]
 
 
-def test_tables_average_over_seeds_and_pair_by_seed():
+def test_tables_average_over_seeds_and_pair_every_arm_with_the_reference_by_seed():
     results = _grid_results()
     table = compare.summary_table(results)
-    assert list(table.index) == ["bv_blend n=2 (16 prompts)", "grpo n=2 (16 prompts)",
-                                 "bv_blend n=4 (8 prompts)", "grpo n=4 (8 prompts)"]
+    assert list(table.index) == ["grpo n=8 (4 prompts)", "spo n=1 (32 prompts)", "spo_sampler n=1 (32 prompts)",
+                                 "bv_blend_prompt n=2 (16 prompts)"]  # the command's order
     half = 4.302653 * 0.02 / math.sqrt(3)
-    assert table.loc["grpo n=4 (8 prompts)", "val after"] == f"0.520 ± {half:.3f}"
-    diffs = compare.paired_differences(results)
-    # n=4: +0.01 every seed (zero spread) -> resolved; n=2: +0.20, +0.19, +0.21
-    assert diffs.loc["n=4", "95% CI"] == "bv_blend ahead"
-    assert diffs.loc["n=2", "bv_blend - grpo (final)"].startswith("+0.200 ± ")
-    noisy = [_result("grpo", 4, 0, 0.5), _result("grpo", 4, 1, 0.6), _result("bv_blend", 4, 0, 0.6),
-             _result("bv_blend", 4, 1, 0.5)]
-    assert compare.paired_differences(noisy).loc["n=4", "95% CI"] == "no difference resolved"
+    assert table.loc["grpo n=8 (4 prompts)", "val after"] == f"0.520 ± {half:.3f}"
+    assert table.loc["grpo n=8 (4 prompts)", "max abs(A)"] == "3.00"  # the largest over seeds
+    diffs = compare.paired_differences(results, ("grpo", 8))
+    ref_column = "minus grpo n=8 (4 prompts) (final)"
+    assert diffs.loc["grpo n=8 (4 prompts)", "rollouts to reach, x ref"] == "1 (by definition)"
+    # spo: +0.01 every seed (zero spread) -> resolved; spo_sampler: +0.10, +0.09, +0.11; bv_blend_prompt: -0.10
+    assert diffs.loc["spo n=1 (32 prompts)", "95% CI"] == "spo ahead"
+    assert diffs.loc["spo_sampler n=1 (32 prompts)", ref_column].startswith("+0.100 ± ")
+    assert diffs.loc["bv_blend_prompt n=2 (16 prompts)", "95% CI"] == "grpo ahead"
+    # another reference; an absent one falls back to the first arm
+    assert compare.paired_differences(results, ("spo", 1)).loc["spo n=1 (32 prompts)", "95% CI"] == "-"
+    assert "minus grpo n=8 (4 prompts) (final)" in compare.paired_differences(results, ("grpo", 2)).columns
+    noisy = [_result("grpo", 8, 0, 0.5), _result("grpo", 8, 1, 0.6), _result("spo", 1, 0, 0.6),
+             _result("spo", 1, 1, 0.5)]
+    assert compare.paired_differences(noisy).loc["spo n=1 (32 prompts)", "95% CI"] == "no difference resolved"
+    # only seeds both have are paired
+    lonely = [_result("grpo", 8, 0, 0.5), _result("spo", 1, 0, 0.6), _result("spo", 1, 1, 0.9)]
+    assert compare.paired_differences(lonely).loc["spo n=1 (32 prompts)", "seeds"] == "1"
     curve = compare.curves(results)
     assert set(curve["step"]) == {0, 10, 20} and (curve["seeds"] == 3).all()
 
 
+def test_rollouts_to_reach_the_reference_by_hand():
+    """Seed-mean curves, linear between validations (steps 0, 10, 20 at 32 rollouts a step):
+    reference 0.2, 0.4, 0.5 -> its final 0.5, reached at step 20 (640 rollouts).
+    fast: 0.2, 0.6, 0.7 -> 0.5 at 0 + 10 (0.5 - 0.2) / (0.6 - 0.2) = 7.5 steps: 7.5 / 20 = 0.375x.
+    slow: 0.2, 0.3, 0.45 never reaches 0.5. A reference that passes its final value before its end (0.2, 0.6, 0.5)
+    reaches it at 7.5 steps; an arm at 0.2, 0.4, 0.6 reaches it at 15: 2x."""
+    ref = [_result("grpo", 8, 0, 0, curve={0: 0.1, 10: 0.3, 20: 0.5}),
+           _result("grpo", 8, 1, 0, curve={0: 0.3, 10: 0.5, 20: 0.5})]
+    fast = [_result("spo", 1, 0, 0, curve={0: 0.1, 10: 0.5, 20: 0.6}),
+            _result("spo", 1, 1, 0, curve={0: 0.3, 10: 0.7, 20: 0.8})]
+    slow = [_result("spo_sampler", 1, s, 0, curve={0: 0.2, 10: 0.3, 20: 0.45}) for s in (0, 1)]
+    by_seed = compare._by_seed
+    assert compare.reach_ratio(by_seed(fast), by_seed(ref), 32) == pytest.approx(0.375)
+    assert math.isinf(compare.reach_ratio(by_seed(slow), by_seed(ref), 32))
+    diffs = compare.paired_differences(ref + fast + slow)
+    assert diffs.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "0.38x"
+    assert diffs.loc["spo_sampler n=1 (32 prompts)", "rollouts to reach, x ref"] == "> 1.00x (not reached)"
+    early = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.6, 20: 0.5})]
+    arm = [_result("spo", 1, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
+    assert compare.reach_ratio(by_seed(arm), by_seed(early), 32) == pytest.approx(2.0)
+    flat = [_result("grpo", 8, 0, 0, curve={0: 0.5, 10: 0.4, 20: 0.5})]  # starts at its final value
+    assert compare.paired_differences(flat + arm).loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "n/a"
+
+
+# ------------------------------------------------------------------------------------------------------- docs
 def test_docs_keep_hand_written_text_around_the_markers(tmp_path):
     results = _grid_results()
     png = compare.plot_comparison(results, tmp_path / "bench_cpu.png")
@@ -180,12 +348,14 @@ def test_docs_keep_hand_written_text_around_the_markers(tmp_path):
     generated = compare.results_markdown(results, "python scripts/compare_cpu.py", "CPU: test", png.name, 7200.0,
                                          {"steps": "100"}, "2026-12-01")
     assert "python scripts/compare_cpu.py" in generated and "CPU: test" in generated and "bench_cpu.png" in generated
+    assert "- `spo_sampler`: `algorithm.adv_estimator=spo`, overrides `data.history_sampler.enable=true`" in generated
+    assert "Every arm minus grpo n=8 (4 prompts)" in generated
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Title\n\nintro\n\n{compare.BEGIN}\nplaceholder\n{compare.END}\n\n## Why (by hand)\n")
     compare.write_benchmarks(doc, generated)
     text = doc.read_text()
     assert text.startswith("# Title\n\nintro\n") and text.endswith("## Why (by hand)\n")
-    assert "placeholder" not in text and "| grpo n=4 (8 prompts) |" in text
+    assert "placeholder" not in text and "| grpo n=8 (4 prompts) |" in text
     compare.write_benchmarks(doc, generated)  # again: idempotent
     assert doc.read_text() == text
     doc.write_text("no markers")
@@ -194,6 +364,7 @@ def test_docs_keep_hand_written_text_around_the_markers(tmp_path):
     assert doc.read_text() == "no markers"
 
 
+# ----------------------------------------------------------------------------------------------------- script
 def _script():
     spec = importlib.util.spec_from_file_location("compare_cpu", SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -204,23 +375,29 @@ def _script():
 def test_script_checks_arguments_before_any_work(capsys):
     script = _script()
     a = script.parse_args([])
-    assert len(a.specs) == 12 and a.steps >= 100 and len(a.seeds) >= 3  # the issue's minimum comparison
-    with pytest.raises(SystemExit):
-        script.parse_args(["--group-sizes", "3"])
-    assert "divide --rollouts-per-step" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        script.parse_args(["--steps", "0"])
+    assert len(a.specs) == 12 and a.steps >= 100 and len(a.seeds) >= 3  # the first comparison's grid
+    assert a.reference == ("grpo", 4) and a.pool == 100 * 16  # no grpo:8: the first arm; each row once
+    a = script.parse_args(["--arms", "grpo:8", "spo:1", "spo_sampler:1", "--train-prompts", "320"])
+    assert a.reference == ("grpo", 8) and a.pool == 320 and [s.batch for s in a.specs[:3]] == [4, 32, 32]
+    assert script.parse_args(["--arms", "grpo:8", "spo:1", "--reference", "spo:1"]).reference == ("spo", 1)
+    for bad, message in [(["--arms", "grpo:3"], "divide --rollouts-per-step"), (["--arms", "grpo"], "not ARM:N"),
+                         (["--arms", "grpo:8", "--reference", "spo:1"], "is not one of --arms"),
+                         (["--arms", "spo:1", "--train-prompts", "8"], "smaller than the largest batch"),
+                         (["--steps", "0"], "must be positive")]:
+        with pytest.raises(SystemExit):
+            script.parse_args(bad)
+        assert message in capsys.readouterr().err
 
 
 def test_script_refuses_an_out_folder_made_with_other_settings(tmp_path, monkeypatch):
     script = _script()
     out = tmp_path / "out"
-    spec = compare.grid(["grpo"], [4], 32, [0])[0]
+    spec = compare.grid([("grpo", 4)], 32, [0])[0]
     folder = compare.fresh_run_dir(out, spec)
     (folder / compare.RESULT_FILE).write_text(json.dumps({"settings": {"steps": "5"}, "spec": {}}))
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("prepared before checking the out folder"))
     with pytest.raises(ValueError, match="was made with other settings"):
-        script.main(["--out", str(out), "--methods", "grpo", "--group-sizes", "4", "--seeds", "0"])
+        script.main(["--out", str(out), "--arms", "grpo:4", "--seeds", "0"])
 
 
 def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_path, monkeypatch, capsys):
@@ -229,7 +406,7 @@ def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_pat
 
     def run_one(s, prepared, out, spec, key, on_step):
         ran.append(spec.name)
-        if spec.method == "grpo":
+        if spec.arm == "grpo":
             raise RuntimeError("verl's trainer failed for grpo (exit 1)")
         compare.fresh_run_dir(out, spec)
         compare.save_result(out, spec, {"spec": {}, "settings": {}})
@@ -238,9 +415,9 @@ def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_pat
     monkeypatch.setattr(compare, "run_one", run_one)
     (tmp_path / "out").mkdir()
     with pytest.raises(SystemExit, match=r"1 run\(s\) failed: grpo_n4_seed0.*run the same command again"):
-        script.main(["--out", str(tmp_path / "out"), "--group-sizes", "4", "--seeds", "0",
+        script.main(["--out", str(tmp_path / "out"), "--arms", "grpo:4", "spo:1", "--seeds", "0",
                      "--docs", str(tmp_path / "bench.md")])
-    assert ran == ["grpo_n4_seed0", "bv_blend_n4_seed0"] and not (tmp_path / "bench.md").exists()
+    assert ran == ["grpo_n4_seed0", "spo_n1_seed0"] and not (tmp_path / "bench.md").exists()
 
 
 def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_path, monkeypatch, capsys):
@@ -251,16 +428,20 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     monkeypatch.setattr(compare, "run_one", lambda *a, **k: pytest.fail("--report started a run"))
     out, doc = tmp_path / "out", tmp_path / "bench.md"
     doc.write_text(f"# Bench\n\n{compare.BEGIN}\nnot in yet\n{compare.END}\n")
-    args = ["--out", str(out), "--group-sizes", "4", "--seeds", "0", "1", "--docs", str(doc), "--report"]
+    args = ["--out", str(out), "--arms", "grpo:8", "spo_sampler:1", "--train-prompts", "64", "--seeds", "0", "1",
+            "--docs", str(doc), "--report"]
     with pytest.raises(SystemExit, match="no run .* has finished yet"):
         script.main(args)
-    for spec in script.parse_args(args).specs[:3]:  # seed 0 of both methods, seed 1 of grpo
+    for spec in script.parse_args(args).specs[:3]:  # seed 0 of both arms, seed 1 of grpo
         compare.fresh_run_dir(out, spec)
-        record = _result(spec.method, spec.n, spec.seed, 0.5 + 0.01 * spec.seed)
-        compare.save_result(out, spec, {**record, "spec": asdict(spec), "settings": key})
+        record = _result(spec.arm, spec.n, spec.seed, 0.5 + 0.01 * spec.seed)
+        record["summary"]["sampler/weight_entropy"] = 4.0
+        compare.save_result(out, spec, {**record, "settings": key})
     script.main(args)
     text = doc.read_text()
-    assert "**Partial results: 3 of 4 runs.** Not run yet: bv_blend_n4_seed1." in text
+    assert "**Partial results: 3 of 4 runs.** Not run yet: spo_sampler_n1_seed1." in text
     assert "not in yet" not in text and "wall for this invocation" not in text
     command = next(line for line in text.splitlines() if line.startswith("python scripts/compare_cpu.py"))
-    assert "--report" not in command and "| grpo n=4 (8 prompts) | 2 |" in text  # the command that completes it
+    assert "--report" not in command and "| grpo n=8 (4 prompts) | 2 |" in text  # the command that completes it
+    assert "train prompts=64" in text and "reference=grpo:8" in text
+    assert "| spo_sampler n=1 (32 prompts) | 4.000 |" in text  # the sampler's table
