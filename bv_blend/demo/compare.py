@@ -37,7 +37,7 @@ from scipy import stats  # noqa: E402
 
 from bv_blend.demo import report  # noqa: E402
 from bv_blend.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method  # noqa: E402
-from bv_blend.lab.token import stats as lab_stats  # noqa: E402
+from bv_blend.lab import stats as lab_stats  # noqa: E402
 
 RESULT_FILE = "result.json"
 BEGIN, END = "<!-- compare_cpu:begin -->", "<!-- compare_cpu:end -->"
@@ -399,7 +399,7 @@ def _curve_matrix(runs: dict[int, dict], seeds: Sequence[int], steps: Sequence[i
 
 def reach_ratio(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_step: int) -> float:
     """Rollouts for ``arm``'s seed-mean held-out curve to reach the reference's final value, over the reference's
-    own (the token-level lab's definition, bv_blend/lab/token/stats.py), on the seeds and validation steps both have;
+    own (the token-level lab's definition, bv_blend/lab/stats.py), on the seeds and validation steps both have;
     inf when the arm never reaches it, nan when nothing is shared or the reference starts at its final value."""
     seeds = sorted(set(arm) & set(reference))
     if not seeds:
