@@ -196,6 +196,26 @@ def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     return nonempty
 
 
+def per_row_from_uids(
+    index: Sequence[Any], response_mask: torch.Tensor, mapping: Any, fill: Any, dtype: Any
+) -> tuple[np.ndarray, list[str]]:
+    """Per-row values of a uid -> value ``mapping`` (a cluster id, a prompt key), ``fill`` where a row has none.
+
+    Returns the values and the uids of counted rows (non-padding: a real uid and a non-empty mask) that the mapping
+    lacks, for the caller's error; a padding row needs no value.
+    """
+    counted = (nonempty_rows(response_mask) & ~is_padding_uid(index)).tolist()
+    values = np.full(len(index), fill, dtype=dtype)
+    unknown = []
+    for row, uid in enumerate(index):
+        uid = str(uid)
+        if mapping is not None and uid in mapping:
+            values[row] = mapping[uid]
+        elif counted[row]:
+            unknown.append(uid)
+    return values, unknown
+
+
 def per_group(rows: Rows, values: np.ndarray, fill: Any, what: str) -> np.ndarray:
     """(G,) the value that every valid row of each group carries (``fill`` for a group without a valid row).
 

@@ -16,7 +16,7 @@ import torch
 
 from bv_blend.blend.moments import NO_CLUSTER
 from bv_blend.codebook import CLUSTER_KEY
-from bv_blend.core.rows import is_padding_uid, nonempty_rows
+from bv_blend.core.rows import is_padding_uid, per_row_from_uids
 
 if TYPE_CHECKING:
     from bv_blend.verl.glue.bv_blend import BVBlendProcess
@@ -87,15 +87,7 @@ def cluster_ids_for_rows(
             "BV-Blend needs each row's prompt uid (verl passes it as `index` from non_tensor_batch['uid']); "
             "the DataProto given to compute_advantage has no 'uid'."
         )
-    counted = (nonempty_rows(response_mask) & ~is_padding_uid(index)).tolist()
-    ids = np.full(len(index), NO_CLUSTER, dtype=np.int64)
-    unknown = []
-    for row, uid in enumerate(index):
-        uid = str(uid)
-        if mapping is not None and uid in mapping:
-            ids[row] = mapping[uid]
-        elif counted[row]:
-            unknown.append(uid)
+    ids, unknown = per_row_from_uids(index, response_mask, mapping, fill=NO_CLUSTER, dtype=np.int64)
     if unknown:
         raise MissingClusterError(
             f"BV-Blend has no cluster id for {len(set(unknown))} prompt uid(s) (e.g. {unknown[0]}). The bv_blend "

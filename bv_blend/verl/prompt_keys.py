@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bv_blend.core.rows import is_padding_uid, nonempty_rows
+from bv_blend.core.rows import is_padding_uid, per_row_from_uids
 from bv_blend.history.keys import MissingPromptKeyError, prompt_key
 
 # The row fields a prompt key is read from: the dataset row's messages (or its prompt column), and extra_info.
@@ -46,15 +46,7 @@ def prompt_keys_for_rows(
     """Per-row prompt keys for the estimator: the uid's key, ``""`` for padding rows (pad uid or empty mask)."""
     if index is None:
         raise ValueError(f"{owner} needs each row's prompt uid (verl passes it as `index`, non_tensor_batch['uid']).")
-    counted = (nonempty_rows(response_mask) & ~is_padding_uid(index)).tolist()
-    keys = np.full(len(index), "", dtype=object)
-    unknown = []
-    for row, uid in enumerate(index):
-        uid = str(uid)
-        if mapping is not None and uid in mapping:
-            keys[row] = mapping[uid]
-        elif counted[row]:
-            unknown.append(uid)
+    keys, unknown = per_row_from_uids(index, response_mask, mapping, fill="", dtype=object)
     if unknown:
         raise MissingPromptKeyError(
             f"{owner} has no prompt key for {len(set(unknown))} prompt uid(s) (e.g. {unknown[0]}). The bv_blend "

@@ -125,6 +125,7 @@ def test_missing_k_and_unknown_option_are_clear_errors():
 def _one_group(rewards: list[float], cluster: int, uid: str) -> list[dict]:
     return [
         {"uid": uid, "extra_info": {CLUSTER_KEY: cluster, "index": 0, "split": "train"},
+         "raw_prompt": [{"role": "user", "content": f"problem of {uid}"}],
          "response_mask": torch.ones(3, dtype=torch.int64), "rm_scores": torch.tensor([0.0, 0.0, r])}
         for r in rewards
     ]  # fmt: skip
