@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bv_blend.demo import compare
+from bv_blend.demo import compare, compare_report
 from bv_blend.demo.pipeline import DemoSettings, prepare
 from bv_blend.machine import describe_cpu
 
@@ -108,21 +108,21 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     key = compare.settings_key(s)
     results = [compare.load_result(a.out, spec, key) for spec in finished]
     png = a.docs.with_name(a.docs.stem + "_cpu.png")
-    compare.plot_comparison(results, png, a.reference)
+    compare_report.plot_comparison(results, png, a.reference)
     run_args = [arg for arg in argv if arg != "--report"]
     command = "python scripts/compare_cpu.py" + (" " + shlex.join(run_args) if run_args else "")
     settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "train prompts": s.n_train, "lr": a.lr,
                 "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}"}
     wall_s = None if missing else time.time() - started
-    generated = compare.results_markdown(results, command, describe_cpu(), png.name, wall_s,
+    generated = compare_report.results_markdown(results, command, describe_cpu(), png.name, wall_s,
                                          {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing,
                                          a.reference)
-    doc = compare.write_benchmarks(a.docs, generated)
+    doc = compare_report.write_benchmarks(a.docs, generated)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print(compare.summary_table(results).to_string())
-        print(compare.paired_differences(results, a.reference).to_string())
-        print(compare.sampler_table(results).to_string())
+        print(compare_report.summary_table(results).to_string())
+        print(compare_report.paired_differences(results, a.reference).to_string())
+        print(compare_report.sampler_table(results).to_string())
     print(f"[compare] wrote {doc} and {png}")
 
 

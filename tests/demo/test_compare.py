@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
-from bv_blend.demo import compare
+from bv_blend.demo import compare, compare_report
 from bv_blend.demo.pipeline import DemoSettings, Prepared, verl_overrides
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
@@ -208,11 +208,11 @@ def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_
     # validation: gap 2->3: 10 - 5 - 3 (step 3's validation) = 2; gap 3->4: 11 - 6 = 5; the gap after step 1 is left out
     assert summary["between steps s"] == pytest.approx(3.5)
     assert summary["adv time ms"] == pytest.approx(200.0)  # steps 2-4: 0.2, 0.1, 0.3 s
-    table = compare.summary_table([compare.load_result(out, spec, key)])
+    table = compare_report.summary_table([compare.load_result(out, spec, key)])
     row = table.loc["spo_sampler n=1 (4 prompts)"]
     assert row["all-equal % (right + wrong)"] == "100.0 (75.0 + 25.0)" and row["signal ratio"] == "n/a"
     assert row["max abs(A)"] == "7.00" and row["between steps s"] == "3.500"
-    sampler = compare.sampler_table([compare.load_result(out, spec, key)])
+    sampler = compare_report.sampler_table([compare.load_result(out, spec, key)])
     assert sampler.loc["spo_sampler n=1 (4 prompts)", "sampler/weight_entropy"] == "7.500"
 
 
@@ -263,9 +263,9 @@ def test_results_made_with_other_settings_are_refused(setup, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------- statistics
 def test_mean_ci_is_a_t_interval_over_seeds():
-    mean, half = compare.mean_ci([1.0, 2.0, 3.0])
+    mean, half = compare_report.mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / math.sqrt(3), rel=1e-6)
-    assert compare.mean_ci([0.4])[0] == 0.4 and math.isnan(compare.mean_ci([0.4])[1])
+    assert compare_report.mean_ci([0.4])[0] == 0.4 and math.isnan(compare_report.mean_ci([0.4])[1])
 
 
 def _result(arm, n, seed, after, before=0.3, curve=None, rollouts=32):
@@ -290,13 +290,13 @@ def _grid_results():
 
 def test_tables_average_over_seeds_and_pair_every_arm_with_the_reference_by_seed():
     results = _grid_results()
-    table = compare.summary_table(results)
+    table = compare_report.summary_table(results)
     assert list(table.index) == ["grpo n=8 (4 prompts)", "spo n=1 (32 prompts)", "spo_sampler n=1 (32 prompts)",
                                  "bv_blend_prompt n=2 (16 prompts)"]  # the command's order
     half = 4.302653 * 0.02 / math.sqrt(3)
     assert table.loc["grpo n=8 (4 prompts)", "val after"] == f"0.520 ± {half:.3f}"
     assert table.loc["grpo n=8 (4 prompts)", "max abs(A)"] == "3.00"  # the largest over seeds
-    diffs = compare.paired_differences(results, ("grpo", 8))
+    diffs = compare_report.paired_differences(results, ("grpo", 8))
     ref_column = "minus grpo n=8 (4 prompts) (final)"
     assert diffs.loc["grpo n=8 (4 prompts)", "rollouts to reach, x ref"] == "1 (by definition)"
     # spo: +0.01 every seed (zero spread) -> resolved; spo_sampler: +0.10, +0.09, +0.11; bv_blend_prompt: -0.10
@@ -304,15 +304,15 @@ def test_tables_average_over_seeds_and_pair_every_arm_with_the_reference_by_seed
     assert diffs.loc["spo_sampler n=1 (32 prompts)", ref_column].startswith("+0.100 ± ")
     assert diffs.loc["bv_blend_prompt n=2 (16 prompts)", "95% CI"] == "grpo ahead"
     # another reference; an absent one falls back to the first arm
-    assert compare.paired_differences(results, ("spo", 1)).loc["spo n=1 (32 prompts)", "95% CI"] == "-"
-    assert "minus grpo n=8 (4 prompts) (final)" in compare.paired_differences(results, ("grpo", 2)).columns
+    assert compare_report.paired_differences(results, ("spo", 1)).loc["spo n=1 (32 prompts)", "95% CI"] == "-"
+    assert "minus grpo n=8 (4 prompts) (final)" in compare_report.paired_differences(results, ("grpo", 2)).columns
     noisy = [_result("grpo", 8, 0, 0.5), _result("grpo", 8, 1, 0.6), _result("spo", 1, 0, 0.6),
              _result("spo", 1, 1, 0.5)]
-    assert compare.paired_differences(noisy).loc["spo n=1 (32 prompts)", "95% CI"] == "no difference resolved"
+    assert compare_report.paired_differences(noisy).loc["spo n=1 (32 prompts)", "95% CI"] == "no difference resolved"
     # only seeds both have are paired
     lonely = [_result("grpo", 8, 0, 0.5), _result("spo", 1, 0, 0.6), _result("spo", 1, 1, 0.9)]
-    assert compare.paired_differences(lonely).loc["spo n=1 (32 prompts)", "seeds"] == "1"
-    curve = compare.curves(results)
+    assert compare_report.paired_differences(lonely).loc["spo n=1 (32 prompts)", "seeds"] == "1"
+    curve = compare_report.curves(results)
     assert set(curve["step"]) == {0, 10, 20} and (curve["seeds"] == 3).all()
 
 
@@ -327,40 +327,42 @@ def test_rollouts_to_reach_the_reference_by_hand():
     fast = [_result("spo", 1, 0, 0, curve={0: 0.1, 10: 0.5, 20: 0.6}),
             _result("spo", 1, 1, 0, curve={0: 0.3, 10: 0.7, 20: 0.8})]
     slow = [_result("spo_sampler", 1, s, 0, curve={0: 0.2, 10: 0.3, 20: 0.45}) for s in (0, 1)]
-    by_seed = compare._by_seed
-    assert compare.reach_ratio(by_seed(fast), by_seed(ref), 32) == pytest.approx(0.375)
-    assert math.isinf(compare.reach_ratio(by_seed(slow), by_seed(ref), 32))
-    diffs = compare.paired_differences(ref + fast + slow)
+    by_seed = compare_report._by_seed
+    assert compare_report.reach_ratio(by_seed(fast), by_seed(ref), 32) == pytest.approx(0.375)
+    assert math.isinf(compare_report.reach_ratio(by_seed(slow), by_seed(ref), 32))
+    diffs = compare_report.paired_differences(ref + fast + slow)
     assert diffs.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "0.38x"
     assert diffs.loc["spo_sampler n=1 (32 prompts)", "rollouts to reach, x ref"] == "> 1.00x (not reached)"
     early = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.6, 20: 0.5})]
     arm = [_result("spo", 1, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
-    assert compare.reach_ratio(by_seed(arm), by_seed(early), 32) == pytest.approx(2.0)
+    assert compare_report.reach_ratio(by_seed(arm), by_seed(early), 32) == pytest.approx(2.0)
     flat = [_result("grpo", 8, 0, 0, curve={0: 0.5, 10: 0.4, 20: 0.5})]  # starts at its final value
-    assert compare.paired_differences(flat + arm).loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "n/a"
+    differences = compare_report.paired_differences(flat + arm)
+    assert differences.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "n/a"
 
 
 # ------------------------------------------------------------------------------------------------------- docs
 def test_docs_keep_hand_written_text_around_the_markers(tmp_path):
     results = _grid_results()
-    png = compare.plot_comparison(results, tmp_path / "bench_cpu.png")
+    png = compare_report.plot_comparison(results, tmp_path / "bench_cpu.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
-    generated = compare.results_markdown(results, "python scripts/compare_cpu.py", "CPU: test", png.name, 7200.0,
+    generated = compare_report.results_markdown(results, "python scripts/compare_cpu.py", "CPU: test", png.name, 7200.0,
                                          {"steps": "100"}, "2026-12-01")
     assert "python scripts/compare_cpu.py" in generated and "CPU: test" in generated and "bench_cpu.png" in generated
     assert "- `spo_sampler`: `algorithm.adv_estimator=spo`, overrides `data.history_sampler.enable=true`" in generated
     assert "Every arm minus grpo n=8 (4 prompts)" in generated
     doc = tmp_path / "benchmarks.md"
-    doc.write_text(f"# Title\n\nintro\n\n{compare.BEGIN}\nplaceholder\n{compare.END}\n\n## Why (by hand)\n")
-    compare.write_benchmarks(doc, generated)
+    begin, end = compare_report.BEGIN, compare_report.END
+    doc.write_text(f"# Title\n\nintro\n\n{begin}\nplaceholder\n{end}\n\n## Why (by hand)\n")
+    compare_report.write_benchmarks(doc, generated)
     text = doc.read_text()
     assert text.startswith("# Title\n\nintro\n") and text.endswith("## Why (by hand)\n")
     assert "placeholder" not in text and "| grpo n=8 (4 prompts) |" in text
-    compare.write_benchmarks(doc, generated)  # again: idempotent
+    compare_report.write_benchmarks(doc, generated)  # again: idempotent
     assert doc.read_text() == text
     doc.write_text("no markers")
     with pytest.raises(ValueError, match="has no .* markers"):
-        compare.write_benchmarks(doc, generated)
+        compare_report.write_benchmarks(doc, generated)
     assert doc.read_text() == "no markers"
 
 
@@ -427,7 +429,7 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("--report prepared a run"))
     monkeypatch.setattr(compare, "run_one", lambda *a, **k: pytest.fail("--report started a run"))
     out, doc = tmp_path / "out", tmp_path / "bench.md"
-    doc.write_text(f"# Bench\n\n{compare.BEGIN}\nnot in yet\n{compare.END}\n")
+    doc.write_text(f"# Bench\n\n{compare_report.BEGIN}\nnot in yet\n{compare_report.END}\n")
     args = ["--out", str(out), "--arms", "grpo:8", "spo_sampler:1", "--train-prompts", "64", "--seeds", "0", "1",
             "--docs", str(doc), "--report"]
     with pytest.raises(SystemExit, match="no run .* has finished yet"):
