@@ -1,7 +1,7 @@
 """The tables, plot and docs/benchmarks.md section of a multi-seed comparison (bv_blend.demo.compare runs it): per
 arm, the held-out pass rate over validations, the gain, all-equal groups, max |A| and step times (mean and 95%
 t-interval over seeds); every arm paired by seed with a reference arm (difference of final pass rates, rollouts to
-reach the reference's final pass rate, lab's definition, bv_blend/lab/stats.py).
+reach the reference's final pass rate, lab's definition, bv_blend/stats.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from bv_blend import stats as lab_stats  # noqa: E402
 from bv_blend.demo.compare import ARMS, SAMPLER_PREFIX, SPO_P_HAT, arm_label  # noqa: E402
-from bv_blend.lab import stats as lab_stats  # noqa: E402
 
 BEGIN, END = "<!-- compare_cpu:begin -->", "<!-- compare_cpu:end -->"
 
@@ -124,7 +124,7 @@ def _curve_matrix(runs: dict[int, dict], seeds: Sequence[int], steps: Sequence[i
 
 def reach_ratio(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_step: int) -> float:
     """Rollouts for ``arm``'s seed-mean held-out curve to reach the reference's final value, over the reference's
-    own (the token-level lab's definition, bv_blend/lab/stats.py), on the seeds and validation steps both have;
+    own (the token-level lab's definition, bv_blend/stats.py), on the seeds and validation steps both have;
     inf when the arm never reaches it, nan when nothing is shared or the reference starts at its final value."""
     seeds = sorted(set(arm) & set(reference))
     if not seeds:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bv_blend.lab import stats
+from bv_blend import stats
 from bv_blend.lab.env import EnvConfig
 from bv_blend.lab.estimators import ESTIMATORS
 from bv_blend.lab.experiments import Arm, Experiment, ExperimentResult

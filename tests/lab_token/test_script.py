@@ -41,7 +41,7 @@ def test_the_full_suite_runs_on_the_frozen_settings():
     frozen = suites.load_frozen()
     suite = suites.full()
     assert suite.lr == frozen["lr"] and suite.settings.steps == frozen["steps"]
-    assert suite.seeds == tuple(range(20)) and not set(suite.seeds) & set(frozen["selection"]["seeds"])
+    assert suite.seeds == tuple(range(10)) and not set(suite.seeds) & set(frozen["selection"]["seeds"])
     assert frozen["selection"]["arm"] == "grpo8" and suite.report == "docs/lab_token.md"
 
 

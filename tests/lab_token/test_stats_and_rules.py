@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bv_blend.lab import stats
+from bv_blend import stats
 from bv_blend.lab.token import selection
 from bv_blend.lab.token.report import _reach
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bv_blend.lab import stats
+from bv_blend import stats
 
 DPI = 90
 

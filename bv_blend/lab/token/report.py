@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bv_blend import stats
 from bv_blend.demo.task import FAMILIES
-from bv_blend.lab import stats
 from bv_blend.lab.token import plots
 from bv_blend.lab.token.arms import ARMS, REFERENCE, TokenArm
 from bv_blend.lab.token.guide import guide

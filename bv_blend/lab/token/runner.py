@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from bv_blend import stats
 from bv_blend.demo.standin import warmed_up_model
 from bv_blend.demo.task import FAMILIES, held_out_problems
-from bv_blend.lab import stats
 from bv_blend.lab.token import run as run_module
 from bv_blend.lab.token import selection
 from bv_blend.lab.token.arms import ARMS, REFERENCE, TokenArm, unavailable_reason

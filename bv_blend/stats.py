@@ -1,4 +1,5 @@
-"""Statistics over seeds for both labs: bands, paired differences, the rollouts to reach the reference, 95% CIs.
+"""Statistics over seeds for both labs and the CPU comparison: bands, paired differences, the rollouts to reach the
+reference, 95% CIs.
 
 Seeds pair the arms: seed s of every arm sees the same prompt order and the same evaluation draws, so each
 interval comes from resampling *seeds* (the rows of every arm's curves together), the percentile bootstrap over
