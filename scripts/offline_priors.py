@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from bv_blend.cpu import cpu_env
+from bv_blend.cpu.launch import run_trainer
 from bv_blend.history.priors import UnmatchedSamplesError, priors_from_dump
 from bv_blend.machine import describe_cpu
 from bv_blend.verl.offline_priors import plan, render_training_prompts, run_generation
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     args = parse_args(argv)
     try:
-        job = plan(args.config_name, args.overrides, args.samples, args.dump_dir, args.cpu)
+        job = plan(args.config_name, args.overrides, args.samples, args.dump_dir, args.cpu,
+                   environment=cpu_env({}) if args.cpu else None)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -102,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[offline_priors] {len(prompts)} training rows ({distinct} distinct prompts) x {args.samples} samples: "
               f"verl's trainer, validation only ({where}); log: {args.dump_dir / 'verl.log'}", flush=True)
         t0 = time.monotonic()
-        rc = run_generation(job, args.dump_dir / "verl.log", timeout_s=args.timeout_s)
+        rc = run_generation(job, args.dump_dir / "verl.log", timeout_s=args.timeout_s,
+                            cpu_launcher=run_trainer if args.cpu else None)
         generation_s = time.monotonic() - t0
         if rc != 0:
             print(f"error: verl's trainer exited {rc} after {generation_s:.0f} s; the end of "

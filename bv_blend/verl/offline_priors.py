@@ -50,7 +50,9 @@ class PriorsJob:
         overrides: the user's overrides, then the validation-only ones (which win).
         dump_dir: ``trainer.validation_data_dir``.
         samples: N, samples per prompt (``rollout.val_kwargs.n``).
-        cpu: run through bv_blend's CPU launcher (``bv_blend.cpu.launch.run_trainer``).
+        cpu: run through bv_blend's CPU launcher (``bv_blend.cpu.launch.run_trainer``, which the caller passes to
+            :func:`run_generation`: the CPU harness sits above this glue and is not imported here).
+        environment: the variables the run adds to the environment (the CPU platform's, ``bv_blend.cpu.cpu_env``).
         config: the composed config, with every override.
     """
 
@@ -60,18 +62,15 @@ class PriorsJob:
     samples: int
     cpu: bool
     config: DictConfig = field(repr=False)
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def argv(self) -> list[str]:
         return [sys.executable, "-m", TRAINER_MODULE, "--config-name", self.config_name, *self.overrides]
 
     def env(self) -> dict[str, str]:
-        """The variables the run adds to the environment: the CPU platform's (bv_blend.cpu.cpu_env), or none."""
-        if not self.cpu:
-            return {}
-        from bv_blend.cpu import cpu_env
-
-        return cpu_env({})
+        """The variables the run adds to the environment."""
+        return dict(self.environment)
 
     def shell(self) -> str:
         """The exact command as one shell line, the environment it needs first."""
@@ -200,7 +199,8 @@ def check_inputs(config: DictConfig) -> None:
         )
 
 
-def plan(config_name: str, user_overrides: Sequence[str], samples: int, dump_dir: Path, cpu: bool) -> PriorsJob:
+def plan(config_name: str, user_overrides: Sequence[str], samples: int, dump_dir: Path, cpu: bool,
+         environment: Mapping[str, str] | None = None) -> PriorsJob:
     """Compose the run, check it, and return the generation job (nothing starts).
 
     Raises:
@@ -211,7 +211,8 @@ def plan(config_name: str, user_overrides: Sequence[str], samples: int, dump_dir
     training = compose(config_name, user_overrides)
     check_inputs(training)
     overrides = (*user_overrides, *val_only_overrides(training, samples, dump_dir.resolve()))
-    return PriorsJob(config_name, overrides, dump_dir.resolve(), samples, cpu, compose(config_name, overrides))
+    return PriorsJob(config_name, overrides, dump_dir.resolve(), samples, cpu, compose(config_name, overrides),
+                     dict(environment or {}))
 
 
 # --- the training prompts, rendered as verl renders them -------------------------------------------------------------
@@ -328,7 +329,7 @@ def clear_dump(dump_dir: Path) -> None:
 
 
 def run_generation(job: PriorsJob, log_path: Path, timeout_s: float | None = None, heartbeat_s: float = 30.0,
-                   run_id: str | None = None) -> int:
+                   run_id: str | None = None, cpu_launcher: Callable[..., int] | None = None) -> int:
     """Run the job's trainer to completion; returns its exit code (124 on timeout, CPU only).
 
     verl's output goes to ``log_path``. On GPU it goes to the terminal too (verl's own progress, as in training);
@@ -339,12 +340,13 @@ def run_generation(job: PriorsJob, log_path: Path, timeout_s: float | None = Non
     clear_dump(job.dump_dir)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if job.cpu:
-        from bv_blend.cpu.launch import run_trainer
-
+        if cpu_launcher is None:
+            raise ValueError("a CPU generation job runs through the CPU launcher: pass "
+                             "cpu_launcher=bv_blend.cpu.launch.run_trainer (scripts/offline_priors.py --cpu does).")
         with _heartbeat(log_path, heartbeat_s):
             # the "file" logger of cpu_tiny writes the validation metrics beside the dump, not into the working folder
-            return run_trainer(list(job.overrides), log_path=log_path, metrics_path=job.dump_dir / "metrics.jsonl",
-                               timeout_s=timeout_s, cpu_config=job.config_name, run_id=run_id)
+            return cpu_launcher(list(job.overrides), log_path=log_path, metrics_path=job.dump_dir / "metrics.jsonl",
+                                timeout_s=timeout_s, cpu_config=job.config_name, run_id=run_id)
     with open(log_path, "w") as log:
         process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         assert process.stdout is not None
