@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         suite = replace(suite, seeds=args.seeds)
     print(f"[lab] suite {suite.name}: {suite.seeds} seeds x {suite.steps} steps, {args.jobs} process(es)")
     start = time.perf_counter()
-    results = run_experiments(suite.experiments, suite.seeds, suite.pilot_steps, jobs=args.jobs)
+    # every finished run is kept in <out>/runs: the same command after an interruption continues where it stopped
+    results = run_experiments(suite.experiments, suite.seeds, suite.pilot_steps, jobs=args.jobs,
+                              cache=args.out / "runs")
     wall = time.perf_counter() - start
     info = RunInfo(
         command="python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),

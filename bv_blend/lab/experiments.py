@@ -8,14 +8,21 @@ Step-size matching: an estimator whose advantages are larger takes larger steps,
 scales each arm's learning rate by mean|delta theta| of its reference / mean|delta theta| of the arm, then runs
 again. With SGD, delta theta = lr * gradient, so this equalises the mean gradient norms; Adam divides the
 gradient's scale out itself, so what is equalised there is how far a step moves the parameters.
+
+Resuming: with a ``cache`` folder, every finished run is pickled there under a hash of its spec (written atomically),
+and a later call with the same folder reads it instead of running it again, so an interrupted suite continues where
+it stopped. A spec is everything that determines a run's numbers, so a changed setting is a new run, never a mix.
 """
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
+import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -62,6 +69,7 @@ def run_experiments(
     pilot_steps: int,
     jobs: int = 1,
     log: Callable[[str], None] = print,
+    cache: Path | None = None,
 ) -> list[ExperimentResult]:
     """Run every arm of every experiment on seeds 0..seeds-1 (identical runs shared), then the matched reruns."""
     results = [ExperimentResult(experiment) for experiment in experiments]
@@ -94,7 +102,7 @@ def run_experiments(
             wanted += seeded(arm.spec)
         for arm in to_match(result):
             wanted += seeded(arm.spec, steps=min(pilot_steps, arm.spec.steps))
-    done = _run_many(wanted, jobs, "runs")
+    done = _run_many(wanted, jobs, "runs", cache)
     for result in results:
         for arm in runnable(result):
             result.arms[arm.label] = ArmResult(arm, [done[spec] for spec in seeded(arm.spec)])
@@ -116,7 +124,7 @@ def run_experiments(
         for spec in seeded(_arm(results[index], label).spec, lr_scale=scale)
     ]
     # A reference's scale is 1: its matched runs are its raw runs, already done.
-    done.update(_run_many([spec for spec in matched_specs if spec not in done], jobs, "matched runs"))
+    done.update(_run_many([spec for spec in matched_specs if spec not in done], jobs, "matched runs", cache))
     for (index, label), scale in scales.items():
         arm = _arm(results[index], label)
         runs = [done[spec] for spec in seeded(arm.spec, lr_scale=scale)]
@@ -132,22 +140,52 @@ def _mean_update_norm(runs: Sequence[RunResult]) -> float:
     return float(np.mean([run.update_norm.mean() for run in runs]))
 
 
-def _run_many(specs: Sequence[RunSpec], jobs: int, desc: str) -> dict[RunSpec, RunResult]:
-    """Run each distinct spec once (in ``jobs`` forked processes), longest first, with a progress bar."""
+def _cache_file(cache: Path, spec: RunSpec) -> Path:
+    return cache / (hashlib.sha256(repr(spec).encode()).hexdigest()[:24] + ".pkl")
+
+
+def _cached(cache: Path | None, spec: RunSpec) -> RunResult | None:
+    if cache is None or not _cache_file(cache, spec).exists():
+        return None
+    with open(_cache_file(cache, spec), "rb") as handle:
+        saved_spec, result = pickle.load(handle)
+    return result if saved_spec == spec else None  # a hash collision is a new run
+
+
+def _store(cache: Path | None, spec: RunSpec, result: RunResult) -> None:
+    if cache is None:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    path = _cache_file(cache, spec)
+    partial = path.with_suffix(".tmp")
+    with open(partial, "wb") as handle:
+        pickle.dump((spec, result), handle)
+    partial.replace(path)  # atomic: an interrupted write is not taken for a finished run
+
+
+def _run_many(specs: Sequence[RunSpec], jobs: int, desc: str, cache: Path | None = None) -> dict[RunSpec, RunResult]:
+    """Run each distinct spec once (in ``jobs`` forked processes), longest first, with a progress bar; runs already
+    in ``cache`` are read, not run."""
     unique = sorted(dict.fromkeys(specs), key=lambda spec: -spec.steps)
     if not unique:
         return {}
-    progress = tqdm(total=len(unique), desc=desc, unit="run", dynamic_ncols=True)
     out: dict[RunSpec, RunResult] = {}
+    for spec in unique:
+        if (result := _cached(cache, spec)) is not None:
+            out[spec] = result
+    todo = [spec for spec in unique if spec not in out]
+    progress = tqdm(total=len(unique), initial=len(out), desc=desc, unit="run", dynamic_ncols=True)
     if jobs <= 1:
-        for spec in unique:
+        for spec in todo:
             out[spec] = run(spec)
+            _store(cache, spec, out[spec])
             progress.update()
-    else:
+    elif todo:
         # fork: workers inherit the imported verl and bv_blend (spawning would import verl again in each)
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_single_thread) as pool:
-            for spec, result in pool.imap_unordered(_run_pair, unique, chunksize=1):
+            for spec, result in pool.imap_unordered(_run_pair, todo, chunksize=1):
                 out[spec] = result
+                _store(cache, spec, result)
                 progress.update()
     progress.close()
     return out

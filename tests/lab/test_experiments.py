@@ -57,3 +57,23 @@ def test_suites_are_well_formed(name):
         for arm in experiment.arms:
             assert arm.reference is None or arm.reference in labels, (experiment.key, arm.label)
             assert arm.spec.env.rollouts_per_step == 128  # a fixed rollout budget everywhere
+
+
+def test_a_rerun_with_the_same_cache_reads_every_run_and_runs_none(tmp_path, monkeypatch):
+    from bv_blend.lab import experiments as experiments_module
+
+    experiment = Experiment("main", "tiny", arms([ESTIMATORS["grpo"], ESTIMATORS["bv_sem"]], STEPS, env=SMALL))
+    (first,) = run_experiments([experiment], SEEDS, PILOT, jobs=1, log=lambda _: None, cache=tmp_path)
+    assert len(list(tmp_path.glob("*.pkl"))) == 2 * SEEDS and not list(tmp_path.glob("*.tmp"))
+
+    def no_run(spec):
+        raise AssertionError(f"ran {spec} again: it was in the cache")
+
+    monkeypatch.setattr(experiments_module, "run", no_run)
+    (again,) = run_experiments([experiment], SEEDS, PILOT, jobs=1, log=lambda _: None, cache=tmp_path)
+    for label, arm in first.arms.items():
+        for mine, theirs in zip(arm.runs, again.arms[label].runs, strict=True):
+            np.testing.assert_array_equal(mine.success, theirs.success)
+    longer = replace(experiment, arms=tuple(replace(a, spec=replace(a.spec, steps=STEPS + 1)) for a in experiment.arms))
+    with pytest.raises(AssertionError, match="ran RunSpec"):  # another setting is another run, never a cached one
+        run_experiments([longer], SEEDS, PILOT, jobs=1, log=lambda _: None, cache=tmp_path)
