@@ -12,7 +12,6 @@ import argparse
 import os
 import pickle
 import platform
-import re
 import shlex
 import sys
 import time
@@ -52,17 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def machine() -> str:
-    """CPU model, core count and the vector extensions that matter for numpy/torch speed."""
-    model, flags = platform.processor() or "unknown CPU", set()
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-        model = found.group(1) if found else model
-        flags = set(re.search(r"^flags\s*:\s*(.+)$", text, re.M).group(1).split())  # type: ignore[union-attr]
-    except (OSError, AttributeError):
-        pass
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
-    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(f for f in wanted if f in flags) or 'none found'}"
+    """The CPU's kind and flags (bv_blend.machine.describe_cpu) and its core count."""
+    from bv_blend.machine import describe_cpu
+
+    return f"{describe_cpu()}, {os.cpu_count()} cores"
 
 
 def main(argv: list[str] | None = None) -> int:

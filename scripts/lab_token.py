@@ -113,15 +113,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    """The CPU's kind and flags (bv_blend.machine.describe_cpu) and its core count."""
+    from bv_blend.machine import describe_cpu
+
+    return f"{describe_cpu()}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":
