@@ -35,9 +35,9 @@ from bv_blend.history.priors import (
 )
 from bv_blend.verl import offline_priors
 from bv_blend.verl.offline_priors import compose, plan, prompt_renderer, render_training_prompts, val_only_overrides
+from tests._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "offline_priors.py"
 PROMPT_LENGTH = 64  # configs/cpu_tiny.yaml: data.max_prompt_length
 
 
@@ -227,13 +227,6 @@ def no_run(monkeypatch) -> list:
     return started
 
 
-def _script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("script_offline_priors", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -249,12 +242,12 @@ def test_bad_arguments_fail_before_anything_is_composed(argv, message, capsys, t
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(offline_priors, "compose", lambda *a: pytest.fail("composed"))
     with pytest.raises(SystemExit) as exit_info:
-        _script().main(argv)
+        load_script("offline_priors").main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_a_missing_training_file_fails_before_the_trainer_starts(assets, tmp_path, capsys, no_run):
-    script = _script()
+    script = load_script("offline_priors")
     rc = script.main(["--cpu", "--out", str(tmp_path / "p.json"), "data.train_files=/no/such.parquet",
                       f"actor_rollout_ref.model.path={assets['model']}"])
     assert rc == 2 and "/no/such.parquet does not exist" in capsys.readouterr().err and no_run == []
@@ -265,7 +258,8 @@ def test_the_script_converts_an_earlier_dump_without_generating(assets, tmp_path
     samples = [(_as_verl_decodes(assets["tokenizer"], m.tolist()), 1.0, r["ground_truth"])
                for m, r in zip(frame["prompt"], frame["reward_model"], strict=True)]
     dump, out = _dump(tmp_path, samples), tmp_path / "priors.json"
-    assert _script().main(["--cpu", "--from-dump", str(dump), "--out", str(out), *assets["overrides"]]) == 0
+    script = load_script("offline_priors")
+    assert script.main(["--cpu", "--from-dump", str(dump), "--out", str(out), *assets["overrides"]]) == 0
     printed = capsys.readouterr().out
     assert no_run == [] and set(load_priors(out, "test")) == set(map(prompt_key, frame["prompt"]))
     assert "all-right prompts: 100.0%" in printed and "wall time" in printed
@@ -274,7 +268,8 @@ def test_the_script_converts_an_earlier_dump_without_generating(assets, tmp_path
 @pytest.mark.slow
 def test_the_dry_run_prints_a_command_verls_main_ppo_composes(assets, tmp_path, capsys, no_run):
     out = tmp_path / "priors.json"
-    assert _script().main(["--cpu", "--dry-run", "--samples", "5", "--out", str(out), *assets["overrides"]]) == 0
+    script = load_script("offline_priors")
+    assert script.main(["--cpu", "--dry-run", "--samples", "5", "--out", str(out), *assets["overrides"]]) == 0
     command = shlex.split(capsys.readouterr().out.splitlines()[0])
     assert no_run == [] and not out.exists()
     env = dict(word.split("=", 1) for word in command[: command.index(sys.executable)])

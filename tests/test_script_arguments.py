@@ -4,21 +4,10 @@ reading a log) was reached."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from bv_blend.codebook import encode
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests._scripts import load_script
 
 
 @pytest.fixture
@@ -44,7 +33,7 @@ def encoder_loads(monkeypatch) -> list[str]:
     ],
 )
 def test_build_codebook_rejects_bad_options_before_reading_or_loading(argv, message, encoder_loads, capsys):
-    script = _script("build_codebook")
+    script = load_script("build_codebook")
     with pytest.raises(SystemExit) as exit_info:
         script.main(["/does/not/exist.parquet", "--out-dir", "/tmp/never", *argv])  # not even the file is read
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
@@ -56,14 +45,14 @@ def test_build_codebook_checks_k_against_the_prompts_before_loading_the_encoder(
 
     source = tmp_path / "train.parquet"
     verl_frame(questions(2)).to_parquet(source, index=False)
-    assert _script("build_codebook").main([str(source), "--out-dir", str(tmp_path / "out"), "-k", "500"]) == 2
+    assert load_script("build_codebook").main([str(source), "--out-dir", str(tmp_path / "out"), "-k", "500"]) == 2
     assert "larger than the number of prompts" in capsys.readouterr().err
     assert encoder_loads == [] and not (tmp_path / "out").exists()
 
 
 def test_build_codebook_missing_input_is_named_before_loading_the_encoder(tmp_path, encoder_loads, capsys):
     missing = tmp_path / "missing.parquet"
-    assert _script("build_codebook").main([str(missing), "--out-dir", str(tmp_path / "out"), "-k", "4"]) == 2
+    assert load_script("build_codebook").main([str(missing), "--out-dir", str(tmp_path / "out"), "-k", "4"]) == 2
     assert str(missing) in capsys.readouterr().err and encoder_loads == []
 
 
@@ -78,7 +67,7 @@ def test_build_codebook_missing_input_is_named_before_loading_the_encoder(tmp_pa
     ],
 )
 def test_bench_estimator_rejects_bad_arguments_before_benchmarking(argv, message, monkeypatch, capsys):
-    script = _script("bench_estimator")
+    script = load_script("bench_estimator")
     benchmarked = []
     monkeypatch.setattr(script, "bench_size", lambda *args: benchmarked.append(args))
     with pytest.raises(SystemExit) as exit_info:
@@ -97,7 +86,7 @@ def test_bench_estimator_rejects_bad_arguments_before_benchmarking(argv, message
 )
 def test_bench_codebook_rejects_bad_arguments_before_encoding(argv, message, encoder_loads, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _script("bench_codebook").main(argv)
+        load_script("bench_codebook").main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err and encoder_loads == []
 
 
@@ -110,7 +99,7 @@ def test_bench_codebook_rejects_bad_arguments_before_encoding(argv, message, enc
     ],
 )
 def test_plot_dynamics_checks_every_run_before_reading_any(argv, message, monkeypatch, capsys):
-    script = _script("plot_dynamics")
+    script = load_script("plot_dynamics")
     read = []
     monkeypatch.setattr(script, "load_run", lambda path: read.append(path))
     assert script.main(argv) == 2

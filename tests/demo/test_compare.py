@@ -4,7 +4,6 @@ writing, without verl runs: the verl run is replaced by a folder written like ve
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -19,9 +18,8 @@ from hydra.core.global_hydra import GlobalHydra
 from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
 from bv_blend.demo import compare, compare_report
 from bv_blend.demo.pipeline import DemoSettings, Prepared, verl_overrides
+from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_cpu.py"
 
 
 # ------------------------------------------------------------------------------------------------------- arms
@@ -367,15 +365,10 @@ def test_docs_keep_hand_written_text_around_the_markers(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------- script
-def _script():
-    spec = importlib.util.spec_from_file_location("compare_cpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_script_checks_arguments_before_any_work(capsys):
-    script = _script()
+    script = load_script("compare_cpu")
     a = script.parse_args([])
     assert len(a.specs) == 12 and a.steps >= 100 and len(a.seeds) >= 3  # the first comparison's grid
     assert a.reference == ("grpo", 4) and a.pool == 100 * 16  # no grpo:8: the first arm; each row once
@@ -392,7 +385,7 @@ def test_script_checks_arguments_before_any_work(capsys):
 
 
 def test_script_refuses_an_out_folder_made_with_other_settings(tmp_path, monkeypatch):
-    script = _script()
+    script = load_script("compare_cpu")
     out = tmp_path / "out"
     spec = compare.grid([("grpo", 4)], 32, [0])[0]
     folder = compare.fresh_run_dir(out, spec)
@@ -403,7 +396,7 @@ def test_script_refuses_an_out_folder_made_with_other_settings(tmp_path, monkeyp
 
 
 def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_path, monkeypatch, capsys):
-    script = _script()
+    script = load_script("compare_cpu")
     ran = []
 
     def run_one(s, prepared, out, spec, key, on_step):
@@ -423,7 +416,7 @@ def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_pat
 
 
 def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_path, monkeypatch, capsys):
-    script = _script()
+    script = load_script("compare_cpu")
     key = {"settings": "of this comparison"}
     monkeypatch.setattr(compare, "settings_key", lambda s: key)
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("--report prepared a run"))

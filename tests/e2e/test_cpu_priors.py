@@ -10,7 +10,6 @@ most of it verl's start-up.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -19,21 +18,14 @@ from bv_blend.cpu.launch import processes_of_run
 from bv_blend.history.priors import load_priors
 from bv_blend.verl import offline_priors
 from bv_blend.verl.training_data import training_prompts
+from tests._scripts import load_script
 from tests.e2e._assets import CpuAssets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 SAMPLES = 2
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "offline_priors.py"
 
 
-def _script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("script_offline_priors", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_script_writes_every_training_prompts_scores_from_verls_dump(cpu_assets: CpuAssets, tmp_path, monkeypatch,
@@ -43,7 +35,8 @@ def test_the_script_writes_every_training_prompts_scores_from_verls_dump(cpu_ass
     monkeypatch.setattr(offline_priors, "run_generation",
                         lambda job, log, **kw: real(job, log, **{**kw, "run_id": run_id, "timeout_s": 900}))
     out = tmp_path / "priors.json"
-    rc = _script().main(["--cpu", "--samples", str(SAMPLES), "--out", str(out), *cpu_assets.overrides])
+    script = load_script("offline_priors")
+    rc = script.main(["--cpu", "--samples", str(SAMPLES), "--out", str(out), *cpu_assets.overrides])
     printed = capsys.readouterr().out
     log = tmp_path / "priors_generations" / "verl.log"
     assert rc == 0, f"exit {rc}; {printed[-2000:]}; see {log}"

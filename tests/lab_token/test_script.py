@@ -3,21 +3,10 @@ settings (bv_blend/lab/token/frozen.json)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from bv_blend.lab.token import suites
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "lab_token.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("script_lab_token", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests._scripts import load_script
 
 
 @pytest.mark.parametrize(
@@ -32,7 +21,7 @@ def _script():
 )
 def test_bad_arguments_fail_at_once(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _script().parse_args(["--out", str(tmp_path / "never"), *argv])
+        load_script("lab_token").parse_args(["--out", str(tmp_path / "never"), *argv])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "never" / "runs").exists()
 
