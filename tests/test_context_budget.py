@@ -7,7 +7,6 @@ composed by hydra as verl's main_ppo composes them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -24,8 +23,7 @@ from bv_blend.verl.context_budget import (
     read_model_context,
     uses_our_code,
 )
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from tests._scripts import load_script
 
 
 def _model(root: Path, name: str, **config) -> Path:
@@ -192,9 +190,7 @@ def test_the_launcher_refuses_the_16k_config_on_the_stock_4k_model(tmp_path, fil
 
 
 def test_train_script_prints_the_error_and_starts_nothing(tmp_path, files, capsys):
-    spec = importlib.util.spec_from_file_location("train", SCRIPTS / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
+    train = load_script("train")
     stock = _model(tmp_path, "Qwen2.5-Math-7B", max_position_embeddings=4096)
     out = tmp_path / "out"
     argv = ["--config", "grpo", "--train-files", str(files["train"]), "--val-files", str(files["val"]),

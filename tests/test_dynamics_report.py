@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bv_blend.paper.report import PANELS, load_run, plot_dynamics, read_jsonl_log, summarise
+from tests._scripts import load_script
 
 STEPS = 30
 
@@ -98,13 +99,7 @@ def test_bad_inputs_name_the_problem(tmp_path):
 
 
 def test_plot_dynamics_script_end_to_end(runs, tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
-    script_path = Path(__file__).parents[1] / "scripts" / "plot_dynamics.py"
-    spec = importlib.util.spec_from_file_location("plot_dynamics", script_path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("plot_dynamics")
     out = tmp_path / "figs"
     argv = ["--run", f"bv_blend={runs['bv_blend']}", "--run", f"grpo={runs['grpo']}", "--out", str(out)]
     assert script.main(argv) == 0

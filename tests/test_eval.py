@@ -37,6 +37,7 @@ from bv_blend.paper.eval import (
     write_table,
 )
 from bv_blend.paper.eval.benchmarks import Problem, parse_benchmark_args
+from tests._scripts import load_script
 
 # ---------------------------------------------------------------- extraction
 
@@ -281,19 +282,10 @@ def test_results_table_rejects_unknown_benchmarks():
 # ---------------------------------------------------------------- command line
 
 
-def _evaluate_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("evaluate", Path(__file__).parents[1] / "scripts" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_evaluate_script_table_and_to_verl(tmp_path, capsys):
     from bv_blend.paper.rewards import compute_score
 
-    script = _evaluate_script()
+    script = load_script("evaluate")
     for run, value in (("bv_blend", 0.5), ("grpo", 0.4)):
         payload = {"run": run, "settings": {}, "scores": {b: {"score": value} for b in BENCHMARKS}}
         (tmp_path / f"{run}.json").write_text(json.dumps(payload))
@@ -460,7 +452,7 @@ def test_self_check_reports_answers_the_grader_cannot_match(tmp_path):
 
 
 def test_evaluate_script_self_check_and_context_check(tmp_path, capsys):
-    script = _evaluate_script()
+    script = load_script("evaluate")
     out = tmp_path / "rejected.jsonl"
     argv = ["self-check", "--bench", f"minerva={FIXTURES / 'minerva_math.jsonl'}",
             "--bench", f"gpqa_diamond={FIXTURES / 'gpqa_diamond.csv'}", "--out", str(out)]

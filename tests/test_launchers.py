@@ -7,7 +7,6 @@ from that command (hydra's ``--cfg job`` prints the config and exits before any 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -19,15 +18,7 @@ from omegaconf import OmegaConf
 
 from bv_blend.paper import build_train_launch
 from bv_blend.paper.pipeline import Step, paper_steps, run_steps
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests._scripts import load_script
 
 
 @pytest.fixture
@@ -52,7 +43,7 @@ def _train_argv(inputs, *extra):
 
 
 def test_dry_run_prints_the_exact_command_and_runs_nothing(inputs, capsys):
-    code = _script("train").main(_train_argv(inputs, "--dry-run", "--", "trainer.total_training_steps=3"))
+    code = load_script("train").main(_train_argv(inputs, "--dry-run", "--", "trainer.total_training_steps=3"))
     out = capsys.readouterr().out
     assert code == 0 and "dry run" in out
     line = next(line for line in out.splitlines() if "verl.trainer.main_ppo" in line)
@@ -81,7 +72,7 @@ def test_missing_path_is_named(inputs, capsys, flag, key, message):
     missing = inputs[key].parent / "missing"
     argv = _train_argv(inputs, "--dry-run")
     argv[argv.index(flag) + 1] = str(missing)
-    assert _script("train").main(argv) == 2
+    assert load_script("train").main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and str(missing) in err
 
@@ -117,12 +108,12 @@ def test_overrides_mistaken_for_files_are_caught(inputs, capsys):
     argv = _train_argv(inputs, "--dry-run")
     argv.insert(argv.index("--val-files") + 2, "trainer.total_training_steps=3")
     with pytest.raises(SystemExit):
-        _script("train").main(argv)
+        load_script("train").main(argv)
     assert "put them after `--`" in capsys.readouterr().err
 
 
 def test_bad_override_fails_before_launch(inputs, capsys):
-    assert _script("train").main(_train_argv(inputs, "--dry-run", "--", "trainer.no_such_key=1")) == 2
+    assert load_script("train").main(_train_argv(inputs, "--dry-run", "--", "trainer.no_such_key=1")) == 2
     assert "no_such_key" in capsys.readouterr().err
 
 
@@ -152,7 +143,7 @@ def test_run_paper_dry_run_prints_the_three_steps_in_order(inputs, tmp_path, cap
     shard.write_bytes(b"")
     argv = ["--openr1", str(shard), "--model", str(inputs["model"]), "--val-files", str(inputs["val"]),
             "--work-dir", str(tmp_path / "work"), "--num-clusters", "32", "--dry-run", "--", "trainer.save_freq=50"]
-    assert _script("run_paper").main(argv) == 0
+    assert load_script("run_paper").main(argv) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert [line.split("]")[0][1:] for line in lines] == ["prepare", "codebook", "train"]
     prepare, codebook, train = (shlex.split(line.split("] ", 1)[1]) for line in lines)
@@ -171,7 +162,7 @@ def test_run_paper_dry_run_prints_the_three_steps_in_order(inputs, tmp_path, cap
 def test_run_paper_checks_inputs_first(inputs, tmp_path, capsys):
     argv = ["--openr1", str(tmp_path / "none.parquet"), "--model", str(inputs["model"]),
             "--val-files", str(inputs["val"]), "--dry-run"]
-    assert _script("run_paper").main(argv) == 2
+    assert load_script("run_paper").main(argv) == 2
     assert "--openr1" in capsys.readouterr().err
 
 
@@ -205,11 +196,11 @@ def test_pipeline_arguments_parse_with_the_real_scripts(inputs):
     steps = paper_steps(openr1=[inputs["train"]], model=inputs["model"], val_files=[inputs["val"]],
                         work_dir=inputs["out"], num_clusters=16, overrides=["trainer.save_freq=50"])
     prepare, codebook, train = steps
-    prepared = _script("prepare_openr1_math").parse_args(prepare.argv[2:])
+    prepared = load_script("prepare_openr1_math").parse_args(prepare.argv[2:])
     assert prepared.tokenizer == str(inputs["model"]) and prepared.output == str(prepare.outputs[0])
-    built = _script("build_codebook").parse_args(codebook.argv[2:])
+    built = load_script("build_codebook").parse_args(codebook.argv[2:])
     assert built.num_clusters == 16 and built.inputs == [str(prepare.outputs[0])]
     assert Path(built.out_dir) / "codebook.npz" == codebook.outputs[0]
-    trained = _script("train").parse_args(train.argv[2:])
+    trained = load_script("train").parse_args(train.argv[2:])
     assert trained.config == "qwen25_math_7b" and trained.codebook == codebook.outputs[0]
     assert trained.train_files == [codebook.outputs[1]] and trained.overrides == ["trainer.save_freq=50"]

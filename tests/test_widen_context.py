@@ -7,7 +7,6 @@ makes of the copy is checked with transformers itself (AutoConfig and Qwen2's ro
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,8 +16,8 @@ import torch
 from bv_blend.paper import compose_paper_config
 from bv_blend.paper.context_window import widen_context
 from bv_blend.verl.context_budget import ContextBudgetError, check_context_budget
+from tests._scripts import load_script
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # Qwen2.5-Math-7B's config.json, scaled down (the keys and the context-related values are the real ones).
 QWEN25_MATH = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
@@ -26,13 +25,6 @@ QWEN25_MATH = {
     "vocab_size": 1000, "max_position_embeddings": 4096, "rope_theta": 10000.0, "sliding_window": 4096,
     "use_sliding_window": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
 }
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("widen_context", SCRIPTS / "widen_context.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _source(root: Path, config: dict | None = None, model_max_length: int = 131072) -> Path:
@@ -54,7 +46,7 @@ def test_the_script_writes_the_lineages_config_and_links_everything_else(tmp_pat
     src = _source(tmp_path)
     before = _snapshot(src)
     out = tmp_path / "Qwen2.5-Math-7B-16k"
-    assert _script().main(["--model", str(src), "--out", str(out)]) == 0
+    assert load_script("widen_context").main(["--model", str(src), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "config.json: rope_theta: 10000.0 -> 40000.0" in printed
     assert "config.json: max_position_embeddings: 4096 -> 16384" in printed
@@ -140,7 +132,7 @@ def test_an_existing_output_is_never_overwritten(tmp_path, capsys):
     out = tmp_path / "wide"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert _script().main(["--model", str(src), "--out", str(out)]) == 2
+    assert load_script("widen_context").main(["--model", str(src), "--out", str(out)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     with pytest.raises(ValueError, match="not the model folder itself"):
@@ -148,11 +140,11 @@ def test_an_existing_output_is_never_overwritten(tmp_path, capsys):
 
 
 def test_a_folder_without_config_json_is_named(tmp_path, capsys):
-    assert _script().main(["--model", str(tmp_path), "--out", str(tmp_path / "wide")]) == 2
+    assert load_script("widen_context").main(["--model", str(tmp_path), "--out", str(tmp_path / "wide")]) == 2
     assert f"--model {tmp_path.resolve()} has no config.json" in capsys.readouterr().err
 
 
 def test_bad_numbers_stop_at_argument_parsing(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        _script().main(["--model", str(tmp_path), "--out", str(tmp_path / "w"), "--rope-theta", "0"])
+        load_script("widen_context").main(["--model", str(tmp_path), "--out", str(tmp_path / "w"), "--rope-theta", "0"])
     assert "must be positive" in capsys.readouterr().err
