@@ -66,6 +66,9 @@ ARMS: dict[str, Arm] = {
                                    "BV-Blend at the prompt level, prompts drawn by the history"),
     "spo": Arm("spo", (), "SPO: each prompt's Beta tracker as baseline, normalised over the batch"),
     "spo_sampler": Arm("spo", SAMPLER, "SPO, prompts drawn by its tracker (sqrt(p(1-p)) + 0.05)"),
+    # verl's own, no history: the rewards whitened over the batch, so at n = 1 the batch mean is the baseline (the
+    # token lab's best arm; the NTF paper runs it this way)
+    "reinforce_plus_plus": Arm("reinforce_plus_plus", (), "REINFORCE++ (verl's): the batch mean as baseline"),
 }
 
 
