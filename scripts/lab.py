@@ -87,13 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[lab] suite {suite.name}: {suite.seeds} seeds x {suite.steps} steps, {args.jobs} process(es)")
     start = time.perf_counter()
     # every finished run is kept in <out>/runs: the same command after an interruption continues where it stopped
-    results = run_experiments(suite.experiments, suite.seeds, suite.pilot_steps, jobs=args.jobs,
-                              cache=args.out / "runs")
+    cache = args.out / "runs"
+    earlier = set(cache.glob("*.pkl")) if cache.exists() else set()
+    results = run_experiments(suite.experiments, suite.seeds, suite.pilot_steps, jobs=args.jobs, cache=cache)
     wall = time.perf_counter() - start
+    used = set(cache.glob("*.pkl"))
     info = RunInfo(
         command="python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
         wall_seconds=wall,
         jobs=args.jobs,
+        runs=len(used),
+        runs_from_earlier=len(used & earlier),
         machine=machine(),
         versions=f"verl {verl.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
         f"Python {platform.python_version()}",

@@ -142,21 +142,32 @@ def _across_sizes(ratios: dict[str, stats.Interval]) -> list[str]:
 
 
 def _limits(summaries: dict[str, object]) -> list[str]:
-    """Share of each limit reached, in mean AUC gain: (method - its base) / (limit - the same base), per G."""
+    """Share of each limit reached, in mean AUC gain: (method - its base) / (limit - the same base), per G.
+
+    A share is only a number where the limit is ahead of its base: where the paired 95% interval of limit - base
+    includes zero (at large G the group mean is already about as good as the oracle), the ratio divides noise by noise,
+    so the row gives that margin instead.
+    """
     arms = {label: _parse(label) for label in summaries}
-    auc = {arm: float(np.mean(summaries[label].auc)) for label, arm in arms.items()}
-    lines = ["Share of the limits reached (AUC gain: 0 = no better than the base, 1 = the limit):", "",
-             "| G | method | base | limit | share |", "|---|---|---|---|---|"]  # fmt: skip
-    for arm, value in auc.items():
+    auc = {arm: np.asarray(summaries[label].auc, dtype=np.float64) for label, arm in arms.items()}
+    lines = ["Share of the limits reached (AUC gain: 0 = no better than the base, 1 = the limit; the limit's margin "
+             "over its base is the paired mean AUC difference with its 95% interval):", "",
+             "| G | method | base | limit | limit's margin | share |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for arm, values in auc.items():
         if arm.estimator in ("bv_sem", "bv_prompt_cluster", "spo") and arm.sampler == "":
             base, limit = replace(arm, estimator="grpo"), replace(arm, estimator="oracle")
         elif arm.sampler == "history":
             base, limit = replace(arm, sampler=""), replace(arm, sampler="oracle")
         else:
             continue
-        if base in auc and limit in auc and auc[limit] != auc[base]:
-            share = (value - auc[base]) / (auc[limit] - auc[base])
-            lines.append(f"| {arm.size} | {_name(arm)} | {_name(base)} | {_name(limit)} | {share:+.2f} |")
+        if base not in auc or limit not in auc:
+            continue
+        margin = stats.paired_difference(auc[limit], auc[base])
+        resolved = margin.low > 0
+        share = (values.mean() - auc[base].mean()) / margin.value if resolved else float("nan")
+        cell = f"{share:+.2f}" if resolved else "none (the limit is not ahead of the base)"
+        lines.append(f"| {arm.size} | {_name(arm)} | {_name(base)} | {_name(limit)} | {_interval(margin, sign=True)} "
+                     f"| {cell} |")
     return lines
 
 

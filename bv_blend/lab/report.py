@@ -37,6 +37,8 @@ class RunInfo:
     jobs: int
     machine: str
     versions: str
+    runs: int = 0  # runs in the cache after the suite
+    runs_from_earlier: int = 0  # of them, finished by an earlier invocation (its time is not in wall_seconds)
 
 
 def write_report(suite: Suite, results: Sequence[ExperimentResult], info: RunInfo, out: Path) -> Path:
@@ -58,7 +60,9 @@ def _header(suite: Suite, info: RunInfo) -> list[str]:
     lines = [
         f"# Estimator lab: the `{suite.name}` suite",
         "",
-        f"Command: `{info.command}`. Wall time {info.wall_seconds / 60:.1f} min with {info.jobs} process(es).",
+        f"Command: `{info.command}`. Wall time {info.wall_seconds / 60:.1f} min with {info.jobs} process(es)"
+        + (f", the last of several invocations: {info.runs_from_earlier} of its {info.runs} runs were finished by "
+           "earlier ones, whose time is not in this figure." if info.runs_from_earlier else "."),
         f"Machine: {info.machine}. {info.versions}.",
         "",
         f"{suite.seeds} seeds (0..{suite.seeds - 1}), {suite.steps} steps a run; every arm of an experiment runs on "

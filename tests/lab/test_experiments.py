@@ -45,6 +45,10 @@ def test_matched_experiment_and_its_report(tmp_path):
     assert "Step-size matched" in text
     for name in ("main_delta.png", "main_curves.png", "bias.png", "abs_advantage.png"):
         assert (tmp_path / name).stat().st_size > 1000
+    assert "Wall time 0.0 min with 1 process(es)." in text
+    resumed = replace(info, runs=8, runs_from_earlier=6)  # a resumed suite says its wall time is not the whole cost
+    resumed_text = write_report(suite, [result], resumed, tmp_path).read_text()
+    assert "6 of its 8 runs were finished by earlier ones" in resumed_text
 
 
 @pytest.mark.parametrize("name", sorted(SUITES))
@@ -77,3 +81,24 @@ def test_a_rerun_with_the_same_cache_reads_every_run_and_runs_none(tmp_path, mon
     longer = replace(experiment, arms=tuple(replace(a, spec=replace(a.spec, steps=STEPS + 1)) for a in experiment.arms))
     with pytest.raises(AssertionError, match="ran RunSpec"):  # another setting is another run, never a cached one
         run_experiments([longer], SEEDS, PILOT, jobs=1, log=lambda _: None, cache=tmp_path)
+
+
+def test_a_limit_share_is_given_only_where_the_limit_is_ahead_of_its_base():
+    from types import SimpleNamespace
+
+    from bv_blend.lab.budget import BudgetArm, _limits
+
+    def summary(estimator: str, size: int, auc: list[float]) -> tuple[str, SimpleNamespace]:
+        return BudgetArm(estimator, "", size).label, SimpleNamespace(auc=auc)
+
+    noise = [0.01, -0.01, 0.02, -0.02, 0.0]
+    summaries = dict([
+        summary("grpo", 2, [0.30] * 5), summary("oracle", 2, [0.34] * 5), summary("spo", 2, [0.33] * 5),
+        # at G=8 the oracle is level with GRPO (noise around it): a share would divide noise by noise
+        summary("grpo", 8, [0.30] * 5), summary("oracle", 8, [0.30 + e for e in noise]),
+        summary("spo", 8, [0.31] * 5),
+    ])
+    spo_rows = [line for line in _limits(summaries) if line.startswith("| ") and "| SPO |" in line]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in spo_rows}
+    assert rows["2"].endswith("| +0.75 |")  # (0.33 - 0.30) / (0.34 - 0.30)
+    assert "none (the limit is not ahead of the base)" in rows["8"]
