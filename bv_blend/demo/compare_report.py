@@ -126,21 +126,35 @@ def reach_ratio(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_s
     """Rollouts for ``arm``'s seed-mean held-out curve to reach the reference's final value, over the reference's
     own (the token-level lab's definition, bv_blend/stats.py), on the seeds and validation steps both have;
     inf when the arm never reaches it, nan when nothing is shared or the reference starts at its final value."""
+    return reach_interval(arm, reference, rollouts_per_step).value
+
+
+def reach_interval(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_step: int) -> lab_stats.Interval:
+    """:func:`reach_ratio` with the token-level lab's paired bootstrap CI over the shared seeds (with a handful of
+    seeds and four validations it is coarse, and says so by its width)."""
+    nothing = lab_stats.Interval(float("nan"), float("nan"), float("nan"))
     seeds = sorted(set(arm) & set(reference))
     if not seeds:
-        return float("nan")
+        return nothing
     steps = sorted(set.intersection(*({int(s) for s in runs[seed]["validation"]}
                                       for runs in (arm, reference) for seed in seeds)))
     if not steps:
-        return float("nan")
+        return nothing
     x = np.asarray(steps, dtype=float) * rollouts_per_step
-    return lab_stats.reach_ratio(_curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x, x)
+    return lab_stats.reach_interval(_curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x, x)
 
 
 def _reach_text(ratio: float) -> str:
     if math.isnan(ratio):
         return "n/a"
     return "> 1.00x (not reached)" if math.isinf(ratio) else f"{ratio:.2f}x"
+
+
+def _reach_ci_text(interval: lab_stats.Interval) -> str:
+    if math.isnan(interval.low) or math.isnan(interval.value):
+        return "n/a"
+    low, high = (("not reached" if math.isinf(b) else f"{b:.2f}x") for b in (interval.low, interval.high))
+    return f"[{low}, {high}]"
 
 
 def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None) -> tuple[str, int] | None:
@@ -168,7 +182,7 @@ def paired_differences(results: Sequence[dict], reference: tuple[str, int] | Non
         seeds = sorted(set(mine) & set(ref))
         if key == reference:
             rows[_label_of(runs)] = {"seeds": str(len(seeds)), f"minus {ref_label} (final)": "-", "95% CI": "-",
-                                     "rollouts to reach, x ref": "1 (by definition)"}
+                                     "rollouts to reach, x ref": "1 (by definition)", "its 95% CI": "-"}
             continue
         if not seeds:
             continue
@@ -176,9 +190,10 @@ def paired_differences(results: Sequence[dict], reference: tuple[str, int] | Non
         mean, half = mean_ci(diffs)
         verdict = ("no difference resolved" if math.isnan(half) or abs(mean) <= half
                    else f"{key[0] if mean > 0 else reference[0]} ahead")
+        reach = reach_interval(mine, ref, rollouts)
         rows[_label_of(runs)] = {"seeds": str(len(seeds)), f"minus {ref_label} (final)": _fmt(mean, half, sign=True),
-                                 "95% CI": verdict,
-                                 "rollouts to reach, x ref": _reach_text(reach_ratio(mine, ref, rollouts))}
+                                 "95% CI": verdict, "rollouts to reach, x ref": _reach_text(reach.value),
+                                 "its 95% CI": _reach_ci_text(reach)}
     return pd.DataFrame(rows).T
 
 
@@ -283,7 +298,8 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
         "",
         f"Every arm minus {ref_label} in final held-out pass rate, paired by seed, and the rollouts each arm's "
         "seed-mean curve needs to reach the reference's final pass rate, as a ratio to the reference's own "
-        "(linear between validations; the token-level lab's definition):",
+        "(linear between validations; the token-level lab's definition), with its paired bootstrap 95% CI over "
+        "the seeds (coarse with a handful of seeds and four validations):",
         "",
         _markdown_table(paired_differences(results, reference)),
         "",

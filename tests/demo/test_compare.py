@@ -331,6 +331,9 @@ def test_rollouts_to_reach_the_reference_by_hand():
     diffs = compare_report.paired_differences(ref + fast + slow)
     assert diffs.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "0.38x"
     assert diffs.loc["spo_sampler n=1 (32 prompts)", "rollouts to reach, x ref"] == "> 1.00x (not reached)"
+    # the bootstrap over the two seeds: seed 0 alone 0.5x (10 of 20 steps), seed 1 alone 0.5x (5 of 10), both 0.375x
+    assert diffs.loc["spo n=1 (32 prompts)", "its 95% CI"] == "[0.38x, 0.50x]"
+    assert diffs.loc["spo_sampler n=1 (32 prompts)", "its 95% CI"] == "[not reached, not reached]"
     early = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.6, 20: 0.5})]
     arm = [_result("spo", 1, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
     assert compare_report.reach_ratio(by_seed(arm), by_seed(early), 32) == pytest.approx(2.0)
