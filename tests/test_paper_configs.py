@@ -158,6 +158,10 @@ def test_comparisons_set_the_named_values(composed):
     assert fixed.weight_mode == "fixed" and fixed.fixed_weight == 0.5
     assert composed["neff"].algorithm.bv_blend.weight_mode == "neff"
     assert composed["sigma"].algorithm.bv_blend.weight_mode == "sigma"
+    rpp = composed["reinforce_pp_n1"]  # the main run's 128 rollouts a step, one per prompt, 2 updates a step
+    assert rpp.algorithm.adv_estimator == "reinforce_plus_plus"
+    budget = rpp.actor_rollout_ref.rollout.n, rpp.data.train_batch_size, rpp.actor_rollout_ref.actor.ppo_mini_batch_size
+    assert budget == (1, 128, 64)
     literal, main = composed["literal"].algorithm.bv_blend, composed[MAIN_CONFIG].algorithm.bv_blend
     assert (literal.variance_floor, literal.max_abs_advantage) == ("none", None)  # the paper's formulas
     assert (main.variance_floor, main.max_abs_advantage) == ("prior", "auto")  # the recipe keeps the safe defaults

@@ -34,6 +34,8 @@ COMPANION_COMPARISONS: dict[str, tuple[str, frozenset[str]]] = {
     "ntf_rfpp": ("REINFORCE++ at one rollout with negative token filtering (arXiv 2606.17250)",
                  ESTIMATOR | BUDGET | NTF_LOSS),
     "bv_blend_ntf": ("BV-Blend at one rollout with negative token filtering", BUDGET | NTF_LOSS),
+    "reinforce_pp_n1": ("verl's REINFORCE++ at one rollout, 128 prompts: the batch mean as baseline, no history",
+                        ESTIMATOR | BUDGET),
     "spo": ("SPO at one rollout, 128 prompts (arXiv 2509.13232)", ESTIMATOR | BUDGET | section_keys("spo")),
     "bv_blend_n2": ("BV-Blend at two rollouts, 64 prompts, prompt_and_cluster history",
                     BUDGET | {"algorithm.bv_blend.history_level"}),
