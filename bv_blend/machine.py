@@ -8,6 +8,7 @@ or a measured figure names them.
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 from pathlib import Path
 
@@ -48,3 +49,8 @@ def describe_cpu() -> str:
         )
     present = " ".join(flag for flag, on in flags.items() if on) or "none of " + " ".join(FLAGS)
     return f"CPU: {model} ({cpu_kind(flags)}; {present})"
+
+
+def describe_machine() -> str:
+    """:func:`describe_cpu` and the core count: the machine line of the labs' reports."""
+    return f"{describe_cpu()}, {os.cpu_count()} cores"

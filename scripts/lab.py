@@ -50,13 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def machine() -> str:
-    """The CPU's kind and flags (bv_blend.machine.describe_cpu) and its core count."""
-    from bv_blend.machine import describe_cpu
-
-    return f"{describe_cpu()}, {os.cpu_count()} cores"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import numpy as np
@@ -68,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from bv_blend.lab.experiments import run_experiments
     from bv_blend.lab.report import RunInfo, write_report
     from bv_blend.lab.suites import SUITES
+    from bv_blend.machine import describe_machine
 
     if args.rerender:
         with open(args.out / RESULTS, "rb") as handle:
@@ -98,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs=args.jobs,
         runs=len(used),
         runs_from_earlier=len(used & earlier),
-        machine=machine(),
+        machine=describe_machine(),
         versions=f"verl {verl.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
         f"Python {platform.python_version()}",
     )

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bv_blend.lab.token import report, runner, suites
     from bv_blend.lab.token.store import SettingsMismatch, Store, write_json
+    from bv_blend.machine import describe_machine
 
     try:
         suite = suites.SUITES[args.suite]()
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         info = report.RunInfo(
             command="python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
-            wall_seconds=time.perf_counter() - start, jobs=args.jobs, machine=_machine(),
+            wall_seconds=time.perf_counter() - start, jobs=args.jobs, machine=describe_machine(),
             versions=f"verl {verl.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
                      f"Python {platform.python_version()}", date=time.strftime("%Y-%m-%d %H:%M"))
         report.save_info(info, args.out)
@@ -110,13 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     written = report.write_report(results, info, path, frozen)
     print(f"[lab_token] wrote {written}")
     return 0
-
-
-def _machine() -> str:
-    """The CPU's kind and flags (bv_blend.machine.describe_cpu) and its core count."""
-    from bv_blend.machine import describe_cpu
-
-    return f"{describe_cpu()}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

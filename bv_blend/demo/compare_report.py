@@ -122,26 +122,35 @@ def _curve_matrix(runs: dict[int, dict], seeds: Sequence[int], steps: Sequence[i
     return np.array([[runs[seed]["validation"][str(step)] for step in steps] for seed in seeds], dtype=float)
 
 
+def _aligned(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_step: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The two arms' held-out curves on the seeds and validation steps both have, and those steps in rollouts; None
+    when nothing is shared."""
+    seeds = sorted(set(arm) & set(reference))
+    if not seeds:
+        return None
+    steps = sorted(set.intersection(*({int(s) for s in runs[seed]["validation"]}
+                                      for runs in (arm, reference) for seed in seeds)))
+    if not steps:
+        return None
+    x = np.asarray(steps, dtype=float) * rollouts_per_step
+    return _curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x, x
+
+
 def reach_ratio(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_step: int) -> float:
     """Rollouts for ``arm``'s seed-mean held-out curve to reach the reference's final value, over the reference's
     own (the token-level lab's definition, bv_blend/stats.py), on the seeds and validation steps both have;
     inf when the arm never reaches it, nan when nothing is shared or the reference starts at its final value."""
-    return reach_interval(arm, reference, rollouts_per_step).value
+    aligned = _aligned(arm, reference, rollouts_per_step)
+    return float("nan") if aligned is None else lab_stats.reach_ratio(*aligned)
 
 
 def reach_interval(arm: dict[int, dict], reference: dict[int, dict], rollouts_per_step: int) -> lab_stats.Interval:
     """:func:`reach_ratio` with the token-level lab's paired bootstrap CI over the shared seeds (with a handful of
     seeds and four validations it is coarse, and says so by its width)."""
-    nothing = lab_stats.Interval(float("nan"), float("nan"), float("nan"))
-    seeds = sorted(set(arm) & set(reference))
-    if not seeds:
-        return nothing
-    steps = sorted(set.intersection(*({int(s) for s in runs[seed]["validation"]}
-                                      for runs in (arm, reference) for seed in seeds)))
-    if not steps:
-        return nothing
-    x = np.asarray(steps, dtype=float) * rollouts_per_step
-    return lab_stats.reach_interval(_curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x, x)
+    aligned = _aligned(arm, reference, rollouts_per_step)
+    nan = float("nan")
+    return lab_stats.Interval(nan, nan, nan) if aligned is None else lab_stats.reach_interval(*aligned)
 
 
 def _reach_text(ratio: float) -> str:
