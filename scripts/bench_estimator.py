@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from bv_blend import BVBlendConfig, BVBlendEstimator, SPOEstimator
-from bv_blend.machine import describe_cpu
+from instruments.machine import describe_cpu
 
 DEFAULT_SIZES = ("16x8", "256x8", "1024x16", "4096x16")
 ESTIMATORS = ("bv_blend", "spo", "bv_blend_prompt")

@@ -1,4 +1,4 @@
-"""Named arms (an estimator, its overrides, a group size: bv_blend/demo/compare.py, ARMS) on verl's stock trainer
+"""Named arms (an estimator, its overrides, a group size: instruments/demo/compare.py, ARMS) on verl's stock trainer
 on CPU: several seeds, the same rollout budget for every arm, validated on held-out prompts, every arm paired by
 seed with a reference arm; writes tables and a plot into docs/benchmarks.md (docs/benchmarks.md says more).
 
@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bv_blend.demo import compare, compare_report
-from bv_blend.demo.pipeline import DemoSettings, prepare
-from bv_blend.machine import describe_cpu
+from instruments.demo import compare, compare_report
+from instruments.demo.pipeline import DemoSettings, prepare
+from instruments.machine import describe_cpu
 
 DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (docs/benchmarks.md)
 

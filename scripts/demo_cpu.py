@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bv_blend.demo.pipeline import DemoSettings, run_demo
+from instruments.demo.pipeline import DemoSettings, run_demo
 
 
 def main() -> None:

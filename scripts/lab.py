@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # before any torch work: the runs are tiny, and forked workers must not share a pool
     import verl
 
-    from bv_blend.lab.experiments import run_experiments
-    from bv_blend.lab.report import RunInfo, write_report
-    from bv_blend.lab.suites import SUITES
-    from bv_blend.machine import describe_machine
+    from instruments.lab.experiments import run_experiments
+    from instruments.lab.report import RunInfo, write_report
+    from instruments.lab.suites import SUITES
+    from instruments.machine import describe_machine
 
     if args.rerender:
         with open(args.out / RESULTS, "rb") as handle:

@@ -7,7 +7,7 @@
     python scripts/lab_token.py --suite select --out runs/lab_token_select    # the lr/step selection (done once)
 
 A stopped suite resumes: rerun the same command (finished runs are kept; a folder made with other settings is
-refused). The logic lives in bv_blend/lab/token; docs/lab_token.md explains the lab and holds the full suite's
+refused). The logic lives in instruments/lab/token; docs/lab_token.md explains the lab and holds the full suite's
 report.
 """
 
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--jobs must be >= 1")
     if args.lr_sweep is not None and args.suite == "select":
         parser.error("--lr-sweep is for the comparison suites (quick, full), not for select")
-    from bv_blend.lab.token.arms import ARMS
+    from instruments.lab.token.arms import ARMS
 
     if args.lr_sweep not in (None, "best") and args.lr_sweep not in ARMS:
         parser.error(f"--lr-sweep {args.lr_sweep}: not an arm key ({', '.join(ARMS)}), or 'best'")
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     import verl
 
-    from bv_blend.lab.token import report, runner, suites
-    from bv_blend.lab.token.store import SettingsMismatch, Store, write_json
-    from bv_blend.machine import describe_machine
+    from instruments.lab.token import report, runner, suites
+    from instruments.lab.token.store import SettingsMismatch, Store, write_json
+    from instruments.machine import describe_machine
 
     try:
         suite = suites.SUITES[args.suite]()
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         report.save_info(info, args.out)
     frozen = None
     if suite.name == "select":
-        from bv_blend.lab.token.freeze import frozen_settings
+        from instruments.lab.token.freeze import frozen_settings
 
         frozen = frozen_settings(results)
         write_json(args.out / "frozen.json", frozen)

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from bv_blend.cpu import cpu_env
-from bv_blend.cpu.launch import run_trainer
 from bv_blend.history.priors import UnmatchedSamplesError, priors_from_dump
-from bv_blend.machine import describe_cpu
 from bv_blend.verl.offline_priors import plan, render_training_prompts, run_generation
+from instruments.cpu import cpu_env
+from instruments.cpu.launch import run_trainer
+from instruments.machine import describe_cpu
 
 DEFAULT_SAMPLES = 8  # SPO's offline_N
 CPU_CONFIG = "cpu_tiny"
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
                         help=f"samples per training prompt (default {DEFAULT_SAMPLES}, SPO's offline_N)")
     parser.add_argument("--out", type=Path, required=True, help="the prior file to write (JSON)")
-    parser.add_argument("--cpu", action="store_true", help="run on CPU through bv_blend.cpu.launch (docs/cpu.md)")
+    parser.add_argument("--cpu", action="store_true", help="run on CPU through instruments.cpu.launch (docs/cpu.md)")
     parser.add_argument("--dry-run", action="store_true", help="check, print the exact command, run nothing")
     parser.add_argument("--dump-dir", type=Path, default=None,
                         help="trainer.validation_data_dir, with verl's log (default: <out>_generations/ beside --out)")

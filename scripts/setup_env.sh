@@ -21,10 +21,17 @@ pip_install -U pip
 # The CPU wheel of torch first: installed later, a bare "torch" requirement would pull a multi-GB CUDA build.
 pip_install "torch==2.13.0"
 pip_install -e ".[test,cpu]"
+# The instruments (instruments/: the labs, the demo, the CPU platform) are not in the package, so the editable
+# install does not map them. A .pth file puts this checkout's root on sys.path of every interpreter of the venv:
+# `python scripts/x.py` (whose sys.path[0] is scripts/) and verl's Ray workers and vLLM processes, which import
+# instruments.cpu through VERL_USE_EXTERNAL_MODULES, then find them.
+site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD" > "$site_packages/bv_blend_instruments.pth"
 # These three PyPI wheels link against CUDA libraries that a CPU machine lacks, and fail at import time.
 # verl's text path never needs them and vLLM treats their absence as "feature off" (docs/cpu.md).
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-"$VENV/bin/python" -c "import torch, verl, bv_blend; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
+# -I: neither the working folder nor PYTHONPATH on sys.path, so `instruments` is found through the .pth file.
+"$VENV/bin/python" -I -c "import torch, verl, bv_blend, instruments; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
   || { echo "[setup] the environment does not import; see the messages above" >&2; exit 1; }
 rm -f "$VENV"/.bv_blend_setup_*
 touch "$stamp"

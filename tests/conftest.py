@@ -1,6 +1,6 @@
 """Session-wide test settings."""
 
-from bv_blend.machine import describe_cpu
+from instruments.machine import describe_cpu
 
 
 def pytest_report_header() -> str:

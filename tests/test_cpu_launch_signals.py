@@ -1,7 +1,8 @@
 """The CPU launcher stops every process of a run when it is itself terminated (SIGTERM), not only when the trainer
 ends. The trainer here is a stand-in process tree (a child plus a grandchild in its own session, as Ray's daemons
 are): what is tested is the launcher's signal handling and clean-up, which the real trainer's e2e tests
-(tests/e2e/) cover for runs that end by themselves, in 5 seconds instead of minutes.
+(tests/e2e/) cover for runs that end by themselves, in 5 seconds instead of minutes. And the trainer's processes,
+started with the launcher's environment from any folder, find the CPU platform (``instruments`` is not installed).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import sys
 import time
 import uuid
 
-from bv_blend.cpu.launch import processes_of_run
+from instruments.cpu import CHECKOUT, cpu_env
+from instruments.cpu.launch import processes_of_run
 
 CHILD = "import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); time.sleep(300)"
 LAUNCHER = f"""
 import sys
-from bv_blend.cpu import launch
+from instruments.cpu import launch
 launch.trainer_command = lambda overrides, cpu_config=None: [sys.executable, "-c", {CHILD!r}]
 launch.run_trainer([], run_id=sys.argv[1])
 """
@@ -46,3 +48,18 @@ def test_sigterm_to_the_launcher_stops_every_process_of_the_run():
         launcher.kill()
         for pid in processes_of_run(run_id):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_trainers_processes_find_the_cpu_platform_from_any_folder(tmp_path):
+    """What verl does in every process of a CPU run (VERL_USE_EXTERNAL_MODULES names instruments.cpu): the module
+    imports from this checkout, in a folder outside it, without the PYTHONPATH this test session may have (~10 s).
+    The probe imports it without opting in (no VERL_PLATFORM), so no adaptation runs."""
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VERL_PLATFORM")}
+    env = cpu_env(base)
+    assert "instruments.cpu" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+    probe = "import instruments.cpu; print(instruments.cpu.__file__)"
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "VERL_PLATFORM": ""}, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == str(CHECKOUT / "instruments" / "cpu" / "__init__.py")
+    assert cpu_env(env)["PYTHONPATH"] == env["PYTHONPATH"]  # once, however often it is applied

@@ -3,7 +3,7 @@
 The dumps are written by verl's own writer (``PPOTrainer._write_generations``, what ``trainer.validation_data_dir``
 calls) with what verl puts in them: each sample's prompt ids (left-padded, as in verl's batches) decoded with the
 tokenizer's ``skip_special_tokens=True``, and its key ``{uid}_{session}_{index}`` under a fresh uuid. The tokenizer
-is the demo's real one (bv_blend.demo.model), the rows the demo's task. The command the dry run prints is composed
+is the demo's real one (instruments.demo.model), the rows the demo's task. The command the dry run prints is composed
 by verl's real ``main_ppo`` with ``--cfg job``, which exits before Ray or any model starts.
 """
 
@@ -21,8 +21,6 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from bv_blend.demo import model as tiny
-from bv_blend.demo.task import write_task
 from bv_blend.history.keys import prompt_key
 from bv_blend.history.priors import (
     TrainingPrompt,
@@ -35,6 +33,8 @@ from bv_blend.history.priors import (
 )
 from bv_blend.verl import offline_priors
 from bv_blend.verl.offline_priors import compose, plan, prompt_renderer, render_training_prompts, val_only_overrides
+from instruments.demo import model as tiny
+from instruments.demo.task import write_task
 from tests._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,7 +273,7 @@ def test_the_dry_run_prints_a_command_verls_main_ppo_composes(assets, tmp_path, 
     command = shlex.split(capsys.readouterr().out.splitlines()[0])
     assert no_run == [] and not out.exists()
     env = dict(word.split("=", 1) for word in command[: command.index(sys.executable)])
-    assert env["VERL_PLATFORM"] == "cpu" and "bv_blend.cpu" in env["VERL_USE_EXTERNAL_MODULES"]
+    assert env["VERL_PLATFORM"] == "cpu" and "instruments.cpu" in env["VERL_USE_EXTERNAL_MODULES"]
     argv = command[command.index(sys.executable):]
     assert argv[1:5] == ["-m", "verl.trainer.main_ppo", "--config-name", "cpu_tiny"]
     result = subprocess.run([*argv, "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True, timeout=300,

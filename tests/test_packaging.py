@@ -44,6 +44,16 @@ def test_wheel_ships_every_config_and_the_reward_module(wheel_names):
     assert "bv_blend/paper/rewards.py" in wheel_names
 
 
+def test_wheel_holds_no_instrument(wheel_names):
+    """The labs, the demo, the CPU platform and their statistics and machine description stay in the checkout
+    (instruments/), at their new place or the old one inside the package."""
+    assert "bv_blend/verl/plugin.py" in wheel_names and "bv_blend/blend/estimator.py" in wheel_names
+    assert (ROOT / "instruments" / "cpu" / "__init__.py").is_file()  # the build's source had them
+    old = ("bv_blend/cpu/", "bv_blend/demo/", "bv_blend/lab/", "bv_blend/stats.py", "bv_blend/machine.py")
+    shipped = sorted(n for n in wheel_names if n.startswith(("instruments/", *old)))
+    assert not shipped, f"instrument files in the wheel: {shipped}"
+
+
 def test_a_missing_extra_is_named_in_the_error(monkeypatch):
     """Without the codebook extra (its packages hidden from import here), the error says what to install."""
     import numpy as np

@@ -50,9 +50,9 @@ class PriorsJob:
         overrides: the user's overrides, then the validation-only ones (which win).
         dump_dir: ``trainer.validation_data_dir``.
         samples: N, samples per prompt (``rollout.val_kwargs.n``).
-        cpu: run through bv_blend's CPU launcher (``bv_blend.cpu.launch.run_trainer``, which the caller passes to
-            :func:`run_generation`: the CPU harness sits above this glue and is not imported here).
-        environment: the variables the run adds to the environment (the CPU platform's, ``bv_blend.cpu.cpu_env``).
+        cpu: run through a CPU launcher, which the caller passes to :func:`run_generation` (the repository's CPU
+            platform, an instrument outside the package, has one; the package never imports it).
+        environment: the variables the run adds to the environment (on CPU, the CPU platform's).
         config: the composed config, with every override.
     """
 
@@ -333,16 +333,16 @@ def run_generation(job: PriorsJob, log_path: Path, timeout_s: float | None = Non
     """Run the job's trainer to completion; returns its exit code (124 on timeout, CPU only).
 
     verl's output goes to ``log_path``. On GPU it goes to the terminal too (verl's own progress, as in training);
-    on CPU, where bv_blend's launcher stops every Ray and vLLM process of the run on exit (``run_id`` marks them,
-    see ``bv_blend.cpu.launch.processes_of_run``), a line every ``heartbeat_s`` seconds says how long it has run and
-    what verl logged last.
+    on CPU, where the caller's launcher stops every Ray and vLLM process of the run on exit (``run_id`` marks them,
+    as the repository's CPU platform does), a line every ``heartbeat_s`` seconds says how long it has run and what
+    verl logged last.
     """
     clear_dump(job.dump_dir)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if job.cpu:
         if cpu_launcher is None:
-            raise ValueError("a CPU generation job runs through the CPU launcher: pass "
-                             "cpu_launcher=bv_blend.cpu.launch.run_trainer (scripts/offline_priors.py --cpu does).")
+            raise ValueError("a CPU generation job runs through a CPU launcher: pass cpu_launcher= (the checkout's "
+                             "scripts/offline_priors.py --cpu passes the CPU platform's run_trainer).")
         with _heartbeat(log_path, heartbeat_s):
             # the "file" logger of cpu_tiny writes the validation metrics beside the dump, not into the working folder
             return cpu_launcher(list(job.overrides), log_path=log_path, metrics_path=job.dump_dir / "metrics.jsonl",

@@ -15,9 +15,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
-from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
-from bv_blend.demo import compare, compare_report
-from bv_blend.demo.pipeline import DemoSettings, Prepared, verl_overrides
+from instruments.cpu.launch import DEFAULT_CPU_CONFIG
+from instruments.demo import compare, compare_report
+from instruments.demo.pipeline import DemoSettings, Prepared, verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 

@@ -11,9 +11,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
-from bv_blend.cpu.launch import DEFAULT_CPU_CONFIG
-from bv_blend.demo import reward
-from bv_blend.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
+from instruments.cpu.launch import DEFAULT_CPU_CONFIG
+from instruments.demo import reward
+from instruments.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
 
@@ -61,8 +61,8 @@ def test_the_second_run_skips_its_validation_before_training_and_nothing_else_ch
 def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, monkeypatch):
     """run_demo's stages with a fake verl: the first run validates before training (the shared start), the second
     does not, and table.txt and summary.json report both methods' gains from the shared start."""
-    from bv_blend.cpu import launch
-    from bv_blend.demo import pipeline
+    from instruments.cpu import launch
+    from instruments.demo import pipeline
 
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
@@ -109,7 +109,7 @@ def test_reusing_a_preparation_made_with_other_settings_is_refused(tmp_path):
 
 
 def test_warmup_refuses_a_format_share_outside_0_1():
-    from bv_blend.demo.warmup import supervised_warmup
+    from instruments.demo.warmup import supervised_warmup
 
     with pytest.raises(ValueError, match="format_share=0.0 must be in"):
         supervised_warmup(model=None, tokenizer=None, steps=1, format_share=0.0)
@@ -120,7 +120,7 @@ def test_clusters_per_family_counts_annotated_rows(tmp_path):
     import pandas as pd
 
     from bv_blend.codebook import CLUSTER_KEY
-    from bv_blend.demo.pipeline import clusters_per_family
+    from instruments.demo.pipeline import clusters_per_family
 
     rows = [("echo", 0), ("echo", 3), ("echo", 0), ("big_sum", 6)]
     pd.DataFrame({"extra_info": [{"family": f, CLUSTER_KEY: c} for f, c in rows]}).to_parquet(tmp_path / "t.parquet")
@@ -128,8 +128,8 @@ def test_clusters_per_family_counts_annotated_rows(tmp_path):
 
 
 def test_the_demo_says_which_cpu_it_runs_on_before_anything_else(tmp_path, monkeypatch, capsys):
-    from bv_blend.demo import pipeline
-    from bv_blend.machine import describe_cpu
+    from instruments.demo import pipeline
+    from instruments.machine import describe_cpu
 
     def stop(*args, **kwargs):
         raise RuntimeError("stopped after the first line")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bv_blend.demo import reward
-from bv_blend.demo.task import FAMILIES
+from instruments.demo import reward
+from instruments.demo.task import FAMILIES
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from bv_blend.demo import model as tiny
-from bv_blend.demo import standin
-from bv_blend.demo.task import make_problems
+from instruments.demo import model as tiny
+from instruments.demo import standin
+from instruments.demo.task import make_problems
 
 
 def test_grpo_advantages_equal_verl():

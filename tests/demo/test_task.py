@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from bv_blend.demo.task import (
+from instruments.demo.task import (
     FAMILIES,
     assert_disjoint,
     held_out_problems,

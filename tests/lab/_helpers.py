@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bv_blend.lab.env import EnvConfig
-from bv_blend.lab.estimators import ESTIMATORS
-from bv_blend.lab.run import RunSpec, run
+from instruments.lab.env import EnvConfig
+from instruments.lab.estimators import ESTIMATORS
+from instruments.lab.run import RunSpec, run
 
 SMALL = EnvConfig(num_clusters=4, prompts_per_cluster=8, prompts_per_step=6, group_size=4, feature_dim=16)
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bv_blend.lab.env import EnvConfig, Policy, Task, sigmoid
-from bv_blend.lab.optim import Optimizer, OptimizerConfig
+from instruments.lab.env import EnvConfig, Policy, Task, sigmoid
+from instruments.lab.optim import Optimizer, OptimizerConfig
 from tests.lab._helpers import traced
 
 TINY = EnvConfig(

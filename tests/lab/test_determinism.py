@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bv_blend.lab.estimators import ESTIMATORS
-from bv_blend.lab.run import RunSpec, run
+from instruments.lab.estimators import ESTIMATORS
+from instruments.lab.run import RunSpec, run
 from tests.lab._helpers import SMALL, traced
 
 CURVES = ("success", "signal_ratio", "abs_advantage_max", "grad_norm", "update_norm")

@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bv_blend.lab.estimators import ESTIMATORS, EstimatorSpec
-from bv_blend.lab.experiments import Experiment, run_experiments
-from bv_blend.lab.report import RunInfo, write_report
-from bv_blend.lab.run import run
-from bv_blend.lab.suites import SUITES, Suite, arms
+from instruments.lab.estimators import ESTIMATORS, EstimatorSpec
+from instruments.lab.experiments import Experiment, run_experiments
+from instruments.lab.report import RunInfo, write_report
+from instruments.lab.run import run
+from instruments.lab.suites import SUITES, Suite, arms
 from tests.lab._helpers import SMALL
 
 STEPS, SEEDS, PILOT = 8, 2, 4
@@ -64,7 +64,7 @@ def test_suites_are_well_formed(name):
 
 
 def test_a_rerun_with_the_same_cache_reads_every_run_and_runs_none(tmp_path, monkeypatch):
-    from bv_blend.lab import experiments as experiments_module
+    from instruments.lab import experiments as experiments_module
 
     experiment = Experiment("main", "tiny", arms([ESTIMATORS["grpo"], ESTIMATORS["bv_sem"]], STEPS, env=SMALL))
     (first,) = run_experiments([experiment], SEEDS, PILOT, jobs=1, log=lambda _: None, cache=tmp_path)
@@ -86,7 +86,7 @@ def test_a_rerun_with_the_same_cache_reads_every_run_and_runs_none(tmp_path, mon
 def test_a_limit_share_is_given_only_where_the_limit_is_ahead_of_its_base():
     from types import SimpleNamespace
 
-    from bv_blend.lab.budget import BudgetArm, _limits
+    from instruments.lab.budget import BudgetArm, _limits
 
     def summary(estimator: str, size: int, auc: list[float]) -> tuple[str, SimpleNamespace]:
         return BudgetArm(estimator, "", size).label, SimpleNamespace(auc=auc)

@@ -13,9 +13,9 @@ import torch
 from omegaconf import OmegaConf
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from bv_blend.lab.estimators import ESTIMATORS, Advantages
 from bv_blend.verl import offline, runtime
 from bv_blend.verl.channel import advantage_step
+from instruments.lab.estimators import ESTIMATORS, Advantages
 from tests.lab._helpers import SMALL, lab_advantages, traced, verl_face
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
@@ -135,7 +135,7 @@ def test_the_labs_history_sampler_draws_with_the_shipped_functions(key):
     """Each step's prompts are the shipped draw (sqrt(p (1 - p)) + 0.05) from the estimator's p^ before the step, as
     verl's sampler reads it, with the task's own sampler stream."""
     from bv_blend.history.sampler import draw, prompt_weights
-    from bv_blend.lab.env import Task
+    from instruments.lab.env import Task
 
     trace = traced(key, steps=10, sampler="history")
     task = Task(SMALL, 1, 10)
@@ -149,7 +149,7 @@ def test_the_labs_history_sampler_draws_with_the_shipped_functions(key):
 
 def test_the_oracle_sampler_draws_by_the_true_success():
     from bv_blend.history.sampler import draw, prompt_weights
-    from bv_blend.lab.env import Policy, Task, sigmoid
+    from instruments.lab.env import Policy, Task, sigmoid
 
     trace = traced("grpo", steps=1, sampler="oracle")
     task = Task(SMALL, 1, 1)

@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from bv_blend.lab.token import run as run_module
-from bv_blend.lab.token.run import LabSettings
-from bv_blend.lab.token.runner import prepare_warmup
-from bv_blend.lab.token.store import Store
 from bv_blend.verl import runtime
+from instruments.lab.token import run as run_module
+from instruments.lab.token.run import LabSettings
+from instruments.lab.token.runner import prepare_warmup
+from instruments.lab.token.store import Store
 
 TINY = LabSettings(warmup_steps=5, val_prompts=10, budget=8, steps=2, pool_size=16, eval_every=1, eval_samples=2)
 

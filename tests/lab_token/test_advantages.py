@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from bv_blend.lab.token import run as run_module
-from bv_blend.lab.token.advantages import TokenAdvantages, token_level_rewards
-from bv_blend.lab.token.arms import ARMS
 from bv_blend.verl import offline
 from bv_blend.verl.channel import advantage_step
+from instruments.lab.token import run as run_module
+from instruments.lab.token.advantages import TokenAdvantages, token_level_rewards
+from instruments.lab.token.arms import ARMS
 from tests.lab_token.conftest import TINY
 
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bv_blend.demo.task import FAMILIES, held_out_problems
-from bv_blend.lab.token.arms import ARMS, REFERENCE, TokenArm, bv_blend, unavailable_reason
-from bv_blend.lab.token.pool import PromptOrder, training_pool
-from bv_blend.lab.token.run import LabSettings
-from bv_blend.lab.token.suites import full, quick, select
+from instruments.demo.task import FAMILIES, held_out_problems
+from instruments.lab.token.arms import ARMS, REFERENCE, TokenArm, bv_blend, unavailable_reason
+from instruments.lab.token.pool import PromptOrder, training_pool
+from instruments.lab.token.run import LabSettings
+from instruments.lab.token.suites import full, quick, select
 
 
 def test_the_table_fits_the_suites():

@@ -1,11 +1,11 @@
 """scripts/lab_token.py rejects bad arguments before any expensive work, and the full suite runs on the frozen
-settings (bv_blend/lab/token/frozen.json)."""
+settings (instruments/lab/token/frozen.json)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bv_blend.lab.token import suites
+from instruments.lab.token import suites
 from tests._scripts import load_script
 
 

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from bv_blend import stats
-from bv_blend.lab.token import selection
-from bv_blend.lab.token.report import _reach
+from instruments import stats
+from instruments.lab.token import selection
+from instruments.lab.token.report import _reach
 
 X = np.array([0, 10, 20, 30, 40]) * 64
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bv_blend.lab.token import arms, runner
-from bv_blend.lab.token import run as run_module
-from bv_blend.lab.token.report import write_report
-from bv_blend.lab.token.store import SettingsMismatch, Store, run_name
-from bv_blend.lab.token.suites import Suite
+from instruments.lab.token import arms, runner
+from instruments.lab.token import run as run_module
+from instruments.lab.token.report import write_report
+from instruments.lab.token.store import SettingsMismatch, Store, run_name
+from instruments.lab.token.suites import Suite
 from tests.lab_token.conftest import TINY
 
 SUITE = Suite("quick", TINY, ("grpo8", "bv2", "rpp1", "ghost"), (0, 1), (1e-4,))
@@ -107,7 +107,7 @@ def test_a_failing_run_is_recorded_and_the_suite_goes_on(out, random_scores, mon
 
 
 def test_the_selection_freezes_a_learning_rate_and_a_step_count(out, random_scores):
-    from bv_blend.lab.token.freeze import frozen_settings
+    from instruments.lab.token.freeze import frozen_settings
 
     settings = replace(TINY, steps=4)
     suite = Suite("select", settings, ("grpo8",), (100, 101), (1e-4, 2e-4))

@@ -143,7 +143,7 @@ def test_companion_configs_hold_their_papers_settings(job_configs):
 
 @pytest.mark.slow
 def test_the_cpu_config_extends_bv_blend_by_name(job_configs):
-    """What bv_blend.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
+    """What instruments.cpu.launch runs: BV-Blend with every option at its default, plus what CPU needs."""
     config = job_configs["cpu_tiny"]
     glue = BVBlendOptions.from_algorithm(config.algorithm)
     estimator = glue.config

@@ -1,0 +1,140 @@
+"""Launch verl's stock trainer on CPU: ``python -m instruments.cpu.launch [hydra overrides...]``.
+
+Runs ``python -m verl.trainer.main_ppo --config-name cpu_tiny`` (``configs/cpu_tiny.yaml``: bv_blend's config plus
+what CPU needs) with the caller's overrides and the environment of :func:`instruments.cpu.cpu_env`. The trainer
+runs in its own session, and every process it starts carries a marker variable; whatever it leaves behind (Ray's
+raylet, GCS, workers, vLLM engine cores and workers) is stopped on exit, so a crashed or interrupted run never
+leaves Ray or vLLM running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from instruments.cpu import cpu_env
+from instruments.machine import describe_cpu
+
+DEFAULT_CPU_CONFIG = "cpu_tiny"
+RUN_ID_ENV = "BV_BLEND_CPU_RUN_ID"
+
+
+def trainer_command(overrides: list[str], cpu_config: str = DEFAULT_CPU_CONFIG) -> list[str]:
+    """The main_ppo command line: the CPU config (``configs/<cpu_config>.yaml``, which extends ``bv_blend``), then
+    ``overrides`` (last one wins)."""
+    return [sys.executable, "-m", "verl.trainer.main_ppo", "--config-name", cpu_config, *overrides]
+
+
+def processes_of_run(run_id: str) -> list[int]:
+    """Pids of every live process that inherited this run's marker, wherever it moved (Ray daemons call setsid)."""
+    marker = f"{RUN_ID_ENV}={run_id}".encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return [pid for pid in pids if pid != os.getpid()]
+
+
+def _stop_run(pgid: int, run_id: str) -> None:
+    """SIGTERM, then SIGKILL, the trainer's session and every process that carries the run's marker."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+        for pid in processes_of_run(run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and processes_of_run(run_id):
+            time.sleep(0.2)
+        if not processes_of_run(run_id):
+            return
+
+
+def run_trainer(
+    overrides: list[str],
+    log_path: Path | None = None,
+    metrics_path: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    cpu_config: str = DEFAULT_CPU_CONFIG,
+    run_id: str | None = None,
+) -> int:
+    """Runs the stock trainer on CPU to completion; returns its exit code (124 on timeout).
+
+    Every process the run started (Ray's GCS and raylet, its workers, vLLM's engine and workers) is stopped before
+    this returns, whether the trainer finished, failed or timed out.
+
+    ``log_path`` receives stdout and stderr (else they pass through); ``metrics_path`` is where verl's "file"
+    logger writes one JSON line per step (VERL_FILE_LOGGER_PATH). ``extra_env`` adds variables; modules it names in
+    ``VERL_USE_EXTERNAL_MODULES`` are imported next to the CPU platform. ``run_id`` marks every process of the run
+    (see :func:`processes_of_run`); a fresh one is drawn when omitted.
+    """
+    env = cpu_env({**os.environ, **(extra_env or {})})
+    run_id = run_id or uuid.uuid4().hex
+    env[RUN_ID_ENV] = run_id  # inherited by Ray, its workers and vLLM: how the clean-up finds them all
+    if metrics_path is not None:
+        metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        env["VERL_FILE_LOGGER_PATH"] = str(metrics_path)
+    command = trainer_command(overrides, cpu_config)
+    out = open(log_path, "w") if log_path is not None else None  # noqa: SIM115 - closed in finally
+    # First line of every CPU run's log: a failure report then says which kind of CPU it came from.
+    header = f"[instruments.cpu] {describe_cpu()}\n"
+    if out is not None:
+        out.write(header)
+        out.flush()
+    else:
+        sys.stdout.write(header)
+    with _sigterm_exits():
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                   start_new_session=True)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return 124
+        finally:
+            _stop_run(process.pid, run_id)
+            process.wait()
+            if out is not None:
+                out.close()
+
+
+@contextlib.contextmanager
+def _sigterm_exits():
+    """While a run is on: SIGTERM ends this process through Python's exit path, so the clean-up above still runs.
+
+    Python's default SIGTERM kills the process at once, skipping ``finally`` and leaving the run's Ray and vLLM
+    processes behind (they live in their own session). A handler the caller installed is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def verl_rule_score(data_source: str, response: str, ground_truth: str) -> float:
+    """The reward verl's trainer gives ``response`` (its default rule scorer for ``data_source``)."""
+    from verl.utils.reward_score import default_compute_score
+
+    return float(default_compute_score(data_source, response, ground_truth))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_trainer(list(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

