@@ -88,10 +88,6 @@ class RunSpec:
         return f"{self.arm}_n{self.n}_seed{self.seed}"
 
     @property
-    def arm_n(self) -> tuple[str, int]:
-        return self.arm, self.n
-
-    @property
     def label(self) -> str:
         return arm_label(self.arm, self.n, self.batch)
 

@@ -6,10 +6,6 @@ from __future__ import annotations
 from instruments.lab.token.arms import ARMS
 from instruments.lab.token.suites import LR_SWEEP_FACTORS, Suite, full, quick, select
 
-# Measured with /usr/bin/time from a fresh folder (warm-up included), 5 available arms, --jobs 2.
-QUICK_MEASURED = ("measured: 8.4 min wall on the 2-core machine shared with other jobs, 5.6 min of CPU: ~3 min on 2 "
-                  "idle cores")
-
 
 def guide(suite: Suite, frozen: dict | None) -> list[str]:
     lines = ["## How to run it", "",
@@ -37,7 +33,7 @@ def _suites(frozen: dict | None) -> list[str]:
     lines = ["### The suites", "",
              "| suite | arms | seeds | steps | held-out evaluation | runs | purpose |", "|---|---|---|---|---|---|---|"]
     purpose = {"select": "point 3: learning rate and step count, on GRPO n=8 alone (done once, below)",
-               "quick": f"smoke check of a few minutes ({QUICK_MEASURED})",
+               "quick": "smoke check (its own report's header gives the last command's measured wall time)",
                "full": "the comparison (docs/lab_token.md)"}
     for name, s in rows:
         st = s.settings
