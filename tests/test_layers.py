@@ -15,7 +15,7 @@ LAYERS: dict[str, int] = {
     "history": 1, "companions": 1, "codebook": 1,   # prompt keys, tables, priors, sampler weights; companions; codebook
     "blend": 2, "spo": 2,                           # the estimators with a history
     "verl": 3, "cpu": 3,                            # the only glue that imports verl; verl's trainer on CPU
-    "demo": 4, "paper": 4,                          # the CPU main job and comparison; the paper's kit
+    "demo": 4, "paper": 4, "cli": 4,                # the CPU main job and comparison; the paper's kit; bv-blend
     "lab": 5,                                       # both labs (the token lab grows out of the demo's stand-in)
 }  # fmt: skip
 VERL_FREE_BELOW = LAYERS["verl"]

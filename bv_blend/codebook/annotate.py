@@ -16,11 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bv_blend.codebook.codebook import CLUSTER_KEY, Codebook, fit_codebook
+from bv_blend.codebook.codebook import ALGORITHMS, CLUSTER_KEY, Codebook, fit_codebook
 from bv_blend.codebook.encode import TextEncoder, extract_problem_texts
 from bv_blend.codebook.parquet import read_parquet
-
-ALGORITHMS = ("kmeans", "minibatch")
 
 
 @dataclass
@@ -35,7 +33,7 @@ class BuildResult:
 
 
 def check_build_options(num_clusters: int, algorithm: str = "kmeans", examples_per_cluster: int = 3) -> None:
-    """The options of a build that can be checked before any file is read (``scripts/build_codebook.py`` calls it
+    """The options of a build that can be checked before any file is read (``bv-blend codebook`` calls it
     before it loads the encoder)."""
     if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
         raise ValueError(f"K (--num-clusters) must be a positive integer, got {num_clusters!r}.")
@@ -159,7 +157,7 @@ def read_cluster_ids(path: str | os.PathLike) -> np.ndarray:
     table = pq.read_table(path, columns=["extra_info"])
     column = table.column("extra_info").combine_chunks()
     if not pa.types.is_struct(column.type) or column.type.get_field_index(CLUSTER_KEY) < 0:
-        raise ValueError(f"{path} has no extra_info.{CLUSTER_KEY}; annotate it with scripts/build_codebook.py")
+        raise ValueError(f"{path} has no extra_info.{CLUSTER_KEY}; annotate it with `bv-blend codebook`")
     return np.asarray(column.field(CLUSTER_KEY).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
