@@ -145,7 +145,7 @@ def test_the_installed_command_builds_a_codebook_and_annotates_the_parquet(insta
     ids = annotated.field(CLUSTER_KEY).to_pylist()
     assert len(ids) == 27 and set(ids) <= {0, 1, 2} and len(set(ids)) > 1
     assert (out / "report.md").is_file() and f"codebook: {out / 'codebook.npz'}" in built.stdout
-    assert "encoding" in built.stderr  # the progress bar of the long step
+    assert "encoding" in built.stderr and "[codebook] fitting kmeans with K=3" in built.stderr  # the long steps
 
 
 def test_the_commands_import_no_instrument():

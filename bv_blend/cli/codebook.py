@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             algorithm=args.algorithm,
             examples_per_cluster=args.examples_per_cluster,
             overwrite_inputs=args.overwrite_inputs,
+            on_stage=lambda message: print(f"[codebook] {message}", file=sys.stderr, flush=True),
         )
     # the library's messages name the file or option and the fix; ImportError names the missing extra
     except (ValueError, KeyError, OSError, ImportError) as exc:
@@ -106,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     for path in result.annotated_paths:
         print(f"annotated: {path}")
     print(f"report: {result.report_paths['md']}")
-    print(f"train with: data.train_files=[{','.join(map(str, result.annotated_paths))}] "
-          f"algorithm.bv_blend.codebook_path={result.codebook_path}")
+    # absolute: verl's trainer rarely runs from this folder
+    annotated = ",".join(str(p.resolve()) for p in result.annotated_paths)
+    codebook = result.codebook_path.resolve()
+    print(f"train with: data.train_files=[{annotated}] algorithm.bv_blend.codebook_path={codebook}")
     return 0
