@@ -126,6 +126,21 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(installed, small_parquet, argv
     assert not (installed.cwd / "out").exists()
 
 
+# A base install (`pip install bv-blend`, no extra) lacks the codebook's packages; and no command's --help (nor the
+# dispatch to a command) should need to import verl, which takes seconds. These imports now fail.
+HIDDEN = ("pyarrow", "sentence_transformers", "sklearn", "verl")
+WITHOUT_EXTRAS = f"import sys; sys.modules.update(dict.fromkeys({HIDDEN!r}))"
+
+
+def test_help_needs_no_extra_and_a_build_without_one_names_the_extra(installed, small_parquet):
+    run = f"{WITHOUT_EXTRAS}; from bv_blend.cli import main; sys.exit(main(sys.argv[1:]))"
+    shown = installed.run(sys.executable, "-c", run, "codebook", "--help")
+    assert shown.returncode == 0 and "--num-clusters" in shown.stdout, shown.stderr
+    failed = installed.run(sys.executable, "-c", run, "codebook", small_parquet, "-k", "2", "--out-dir", "out")
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
+    assert "pip install 'bv-blend[codebook]'" in failed.stderr
+
+
 @pytest.fixture(scope="module")
 def small_parquet(tmp_path_factory) -> Path:
     """27 prompts in verl's gsm8k format, three topics."""
