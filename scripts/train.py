@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-files", nargs="+", type=Path, required=True, help="verl-format training parquet(s)")
     parser.add_argument("--val-files", nargs="+", type=Path, required=True, help="verl-format validation parquet(s)")
     parser.add_argument("--model", type=Path, required=True, help="local Hugging Face model folder")
-    parser.add_argument("--codebook", type=Path, default=None, help="codebook from scripts/build_codebook.py")
+    parser.add_argument("--codebook", type=Path, default=None, help="codebook from `bv-blend codebook`")
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--ray-address", default=None, help="head-ip:port of a running Ray cluster (multi-node)")

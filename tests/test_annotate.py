@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bv_blend.cli import main as bv_blend_command
 from bv_blend.codebook import CLUSTER_KEY, Codebook
 from bv_blend.codebook.annotate import add_cluster_ids, build_codebook_from_parquet, read_cluster_ids
 from bv_blend.codebook.encode import ClusterAssigner, TextEncoder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import build_codebook  # noqa: E402  (the command-line face, imported from scripts/)
 
 INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
 TOPICS = {
@@ -204,9 +201,9 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(case, match, encoder, tmp
 
 def test_command_line_builds_and_reports_errors(inputs, tmp_path, capsys):
     out = tmp_path / "cli"
-    argv = [str(p) for p in inputs] + ["--out-dir", str(out), "-k", "2", "--cache-dir", str(tmp_path / "c")]
-    assert build_codebook.main(argv) == 0
+    argv = ["codebook", *map(str, inputs), "--out-dir", str(out), "-k", "2", "--cache-dir", str(tmp_path / "c")]
+    assert bv_blend_command(argv) == 0
     assert Codebook.load(out / "codebook.npz").num_clusters == 2
     assert {"train.parquet", "more.parquet", "report.md", "report.json"} <= {p.name for p in out.iterdir()}
-    assert build_codebook.main(argv[:-4] + ["-k", "500", "--no-cache"]) == 2
+    assert bv_blend_command(argv[:-4] + ["-k", "500", "--no-cache"]) == 2
     assert "larger than the number of prompts" in capsys.readouterr().err

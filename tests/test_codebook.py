@@ -126,7 +126,7 @@ def test_corrupt_codebook_fails_to_load_with_value_error(tmp_path, damage):
 
 
 def test_missing_codebook_file_names_the_fix(tmp_path):
-    with pytest.raises(FileNotFoundError, match="build_codebook.py"):
+    with pytest.raises(FileNotFoundError, match="bv-blend codebook"):
         Codebook.load(tmp_path / "absent.npz")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from bv_blend import cli
 from bv_blend.paper import build_train_launch
 from bv_blend.paper.pipeline import Step, paper_steps, run_steps
 from tests._scripts import load_script
@@ -150,7 +151,7 @@ def test_run_paper_dry_run_prints_the_three_steps_in_order(inputs, tmp_path, cap
     assert prepare[1].endswith("prepare_openr1_math.py") and prepare[prepare.index("--tokenizer") + 1] == str(
         inputs["model"])
     train_parquet = prepare[prepare.index("--output") + 1]
-    assert codebook[1].endswith("build_codebook.py") and codebook[2] == train_parquet
+    assert codebook[1:4] == ["-m", "bv_blend.cli", "codebook"] and codebook[4] == train_parquet
     assert codebook[codebook.index("--num-clusters") + 1] == "32"
     out_dir = Path(codebook[codebook.index("--out-dir") + 1])
     assert train[train.index("--codebook") + 1] == str(out_dir / "codebook.npz")
@@ -192,13 +193,14 @@ def test_paper_steps_rejects_bad_inputs(inputs):
 
 
 def test_pipeline_arguments_parse_with_the_real_scripts(inputs):
-    """The data and codebook steps' arguments go through those scripts' own argument parsers (CLI drift)."""
+    """The data and codebook steps' arguments go through their commands' own argument parsers (CLI drift)."""
     steps = paper_steps(openr1=[inputs["train"]], model=inputs["model"], val_files=[inputs["val"]],
                         work_dir=inputs["out"], num_clusters=16, overrides=["trainer.save_freq=50"])
     prepare, codebook, train = steps
     prepared = load_script("prepare_openr1_math").parse_args(prepare.argv[2:])
     assert prepared.tokenizer == str(inputs["model"]) and prepared.output == str(prepare.outputs[0])
-    built = load_script("build_codebook").parse_args(codebook.argv[2:])
+    assert codebook.argv[1:4] == ["-m", "bv_blend.cli", "codebook"]
+    built = cli.codebook.parse(cli.build_parser()[1]["codebook"], codebook.argv[4:])
     assert built.num_clusters == 16 and built.inputs == [str(prepare.outputs[0])]
     assert Path(built.out_dir) / "codebook.npz" == codebook.outputs[0]
     trained = load_script("train").parse_args(train.argv[2:])

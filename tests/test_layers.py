@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "history": 1, "companions": 1, "codebook": 1,   # prompt keys, tables, priors, sampler weights; companions; codebook
     "blend": 2, "spo": 2,                           # the estimators with a history
     "verl": 3,                                      # the only glue that imports verl
-    "paper": 4,                                     # the paper's kit
+    "paper": 4, "cli": 4,                          # the paper's kit; the bv-blend command
 }  # fmt: skip
 VERL_FREE_BELOW = LAYERS["verl"]
 

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from bv_blend.cli import main as bv_blend_command
 from bv_blend.history.keys import prompt_key
 from bv_blend.history.priors import (
     TrainingPrompt,
@@ -263,6 +264,21 @@ def test_the_script_converts_an_earlier_dump_without_generating(assets, tmp_path
     printed = capsys.readouterr().out
     assert no_run == [] and set(load_priors(out, "test")) == set(map(prompt_key, frame["prompt"]))
     assert "all-right prompts: 100.0%" in printed and "wall time" in printed
+
+
+def test_the_installed_command_converts_a_dump_without_the_cpu_harness(assets, tmp_path, capsys, no_run, monkeypatch):
+    """`bv-blend priors`, the package's own command: the same conversion through the shared parser, with the CPU
+    harness (an instrument, outside the wheel) unimportable."""
+    frame = _rows(assets["train"])
+    samples = [(_as_verl_decodes(assets["tokenizer"], m.tolist()), 0.0, r["ground_truth"])
+               for m, r in zip(frame["prompt"], frame["reward_model"], strict=True)]
+    dump, out = _dump(tmp_path, samples), tmp_path / "priors.json"
+    for name in ["instruments.cpu", *(m for m in sys.modules if m.startswith("instruments.cpu."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # any import of it now fails, even of a loaded submodule
+    argv = ["priors", "--config-name", "cpu_tiny", "--from-dump", str(dump), "--out", str(out), *assets["overrides"]]
+    assert bv_blend_command(argv) == 0
+    assert no_run == [] and set(load_priors(out, "test")) == set(map(prompt_key, frame["prompt"]))
+    assert "all-wrong prompts: 100.0%" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -4,33 +4,20 @@ checkout's files, ~3 s; nothing is installed)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests._wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def wheel_names(tmp_path_factory) -> set[str]:
-    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
-        check=True,
-    ).stdout.split()  # fmt: skip
-    with tarfile.open(source / "files.tar", "w") as archive:
-        for name in files:
-            archive.add(ROOT / name, arcname=name, recursive=False)
-    with tarfile.open(source / "files.tar") as archive:
-        archive.extractall(source, filter="tar")
-    build = "from setuptools import build_meta; print(build_meta.build_wheel(__import__('sys').argv[1]))"
-    subprocess.run([sys.executable, "-c", build, str(out)], cwd=source, capture_output=True, check=True)
-    (wheel,) = out.glob("*.whl")
-    return set(zipfile.ZipFile(wheel).namelist())
+    return set(zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel"))).namelist())
 
 
 def test_wheel_ships_the_hydra_plugin_as_a_namespace_package(wheel_names):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from bv_blend.cli import main as bv_blend_command
 from bv_blend.codebook import encode
 from tests._scripts import load_script
 
@@ -33,9 +34,9 @@ def encoder_loads(monkeypatch) -> list[str]:
     ],
 )
 def test_build_codebook_rejects_bad_options_before_reading_or_loading(argv, message, encoder_loads, capsys):
-    script = load_script("build_codebook")
     with pytest.raises(SystemExit) as exit_info:
-        script.main(["/does/not/exist.parquet", "--out-dir", "/tmp/never", *argv])  # not even the file is read
+        # not even the file is read
+        bv_blend_command(["codebook", "/does/not/exist.parquet", "--out-dir", "/tmp/never", *argv])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert encoder_loads == []
 
@@ -45,14 +46,14 @@ def test_build_codebook_checks_k_against_the_prompts_before_loading_the_encoder(
 
     source = tmp_path / "train.parquet"
     verl_frame(questions(2)).to_parquet(source, index=False)
-    assert load_script("build_codebook").main([str(source), "--out-dir", str(tmp_path / "out"), "-k", "500"]) == 2
+    assert bv_blend_command(["codebook", str(source), "--out-dir", str(tmp_path / "out"), "-k", "500"]) == 2
     assert "larger than the number of prompts" in capsys.readouterr().err
     assert encoder_loads == [] and not (tmp_path / "out").exists()
 
 
 def test_build_codebook_missing_input_is_named_before_loading_the_encoder(tmp_path, encoder_loads, capsys):
     missing = tmp_path / "missing.parquet"
-    assert load_script("build_codebook").main([str(missing), "--out-dir", str(tmp_path / "out"), "-k", "4"]) == 2
+    assert bv_blend_command(["codebook", str(missing), "--out-dir", str(tmp_path / "out"), "-k", "4"]) == 2
     assert str(missing) in capsys.readouterr().err and encoder_loads == []
 
 

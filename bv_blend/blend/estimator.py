@@ -57,7 +57,7 @@ def group_clusters(rows: Rows, cluster_ids: torch.Tensor | np.ndarray, num_clust
         raise ValueError(
             f"Cluster id {int(clusters[row])} (row {row}) is outside -1..{num_clusters - 1}: the data "
             f"was annotated with another codebook than this estimator's K={num_clusters}. Re-annotate it "
-            "with scripts/build_codebook.py, or set num_clusters to the codebook's K."
+            "with `bv-blend codebook`, or set num_clusters to the codebook's K."
         )
     return per_group(rows, clusters.astype(np.int64, copy=False), NO_CLUSTER, "clusters")
 

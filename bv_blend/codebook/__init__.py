@@ -3,7 +3,7 @@
 - ``codebook.py``: the codebook file (save, load, validate) and nearest-centroid assignment; numpy only.
 - ``encode.py``: problem-text extraction, sentence-transformers encoding with an on-disk cache, on-the-fly
   assignment (:class:`ClusterAssigner`).
-- ``annotate.py``: verl parquet files -> codebook + annotated copies + a report (``scripts/build_codebook.py``).
+- ``annotate.py``: verl parquet files -> codebook + annotated copies + a report (``bv-blend codebook``).
 - ``parquet.py``: the checked parquet reader shared with the paper kit's data loader.
 
 The verl glue imports this package on every trainer start (for ``CLUSTER_KEY``), so only ``codebook.py`` is

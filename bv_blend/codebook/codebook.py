@@ -26,6 +26,8 @@ import numpy as np
 
 # The extra_info key that holds a row's integer cluster id; the verl glue reads it.
 CLUSTER_KEY = "bv_blend_cluster"
+# What fit_codebook fits with (the command line's --algorithm choices).
+ALGORITHMS = ("kmeans", "minibatch")
 
 FORMAT_VERSION = 1
 _FORMAT_NAME = "bv_blend.codebook"
@@ -102,8 +104,8 @@ class Codebook:
         """Read a codebook written by :meth:`save`; a corrupt or foreign file raises ``ValueError``."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"codebook file {path} does not exist; build one with scripts/build_codebook.py")
-        hint = f"{path} is not a valid bv_blend codebook (rebuild it with scripts/build_codebook.py)"
+            raise FileNotFoundError(f"codebook file {path} does not exist; build one with `bv-blend codebook`")
+        hint = f"{path} is not a valid bv_blend codebook (rebuild it with `bv-blend codebook`)"
         try:
             with np.load(path, allow_pickle=False) as npz:
                 centroids = npz["centroids"]

@@ -1,7 +1,7 @@
 """Offline priors for the cold start (history_spec 4): a file of each training prompt's scores under the initial policy.
 
 The file is JSON, ``{prompt key: [score, ...]}``, one list of scores in [0, 1] per prompt (N samples each; SPO's
-recipe uses N = 8). ``scripts/offline_priors.py`` writes it from verl's own validation-only generation over the
+recipe uses N = 8). ``bv-blend priors`` writes it from verl's own validation-only generation over the
 training prompts. SPO takes it as its prior (``algorithm.spo.offline_values``), BV-Blend as the start of its prompt
 and cluster moments (``algorithm.bv_blend.prior_file``). A malformed file is a clear error before any worker starts.
 
@@ -32,7 +32,7 @@ def load_priors(path: str | Path, option: str) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{option}={path} does not exist. Write it with scripts/offline_priors.py, or unset {option}.")
+        raise ValueError(f"{option}={path} does not exist. Write it with `bv-blend priors`, or unset {option}.")
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -110,7 +110,7 @@ def build_train_launch(
     if composed.algorithm.adv_estimator == "bv_blend" and not composed.algorithm.bv_blend.codebook_path:
         raise ValueError(
             f"Config {config!r} trains BV-Blend, which needs the prompt clusters' codebook: pass --codebook "
-            "(written by scripts/build_codebook.py)."
+            "(written by `bv-blend codebook`)."
         )
     # verl would cap every response at the model's context without a word: refuse that here, before Ray starts.
     check_context_budget(composed, model_dir)

@@ -1,7 +1,8 @@
 """The paper end to end: prepare the OpenR1 training set, build the prompt-cluster codebook, train.
 
-Each step is one of the project's scripts run as a subprocess, so the pipeline does exactly what a user
-typing the three commands would do. A step whose outputs already exist is skipped (resume after a crash).
+Each step is one of the project's commands run as a subprocess (the data and training scripts of a checkout, and
+the installed ``bv-blend codebook``), so the pipeline does exactly what a user typing the three commands would
+do. A step whose outputs already exist is skipped (resume after a crash).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def paper_steps(
         ),
         Step(
             "codebook",
-            [python, str(scripts_dir / "build_codebook.py"), str(train), "--num-clusters", str(num_clusters),
+            # the installed command (bv_blend.cli), run with the same Python: `bv-blend codebook ...`
+            [python, "-m", "bv_blend.cli", "codebook", str(train), "--num-clusters", str(num_clusters),
              "--out-dir", str(codebook_dir)],
             (codebook, annotated),
         ),

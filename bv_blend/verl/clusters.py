@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from bv_blend.verl.glue.bv_blend import BVBlendProcess
 
 ANNOTATE_HINT = (
-    "Annotate the training data offline: `python scripts/build_codebook.py train.parquet --num-clusters K "
+    "Annotate the training data offline: `bv-blend codebook train.parquet --num-clusters K "
     "--out-dir DIR` writes DIR/codebook.npz and copies of the parquet files whose extra_info carries "
     f"'{CLUSTER_KEY}'; train on those copies with algorithm.bv_blend.codebook_path=DIR/codebook.npz. "
     "Or set algorithm.bv_blend.on_missing_cluster=assign (with codebook_path) to assign missing prompts on the "
@@ -94,7 +94,7 @@ def cluster_ids_for_rows(
             "trainer hooks read each prompt's cluster from its extra_info before verl calls the estimator; "
             + (
                 "they did not run for this call (is `bv_blend.verl.plugin` imported in this process? run "
-                "`python -m bv_blend.verl.doctor`). When calling verl's compute_advantage yourself, pass a DataProto "
+                "`bv-blend doctor`). When calling verl's compute_advantage yourself, pass a DataProto "
                 "whose non_tensor_batch has 'extra_info', or wrap the call in "
                 "bv_blend.verl.channel.advantage_step(cluster_map=...)."
                 if mapping is None
@@ -110,7 +110,7 @@ def _as_cluster_id(value: Any, uid: str, key: str, k: int) -> int:
         raise ValueError(
             f"extra_info['{key}']={value!r} of prompt uid {uid} is not a cluster id in 0..{k - 1} (K={k}). "
             "The data was annotated with another codebook, or the key holds something else; re-annotate with "
-            "scripts/build_codebook.py, or point algorithm.bv_blend.codebook_path / num_clusters at the matching K."
+            "`bv-blend codebook`, or point algorithm.bv_blend.codebook_path / num_clusters at the matching K."
         )
     return int(value)
 

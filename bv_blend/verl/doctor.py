@@ -1,4 +1,5 @@
-"""``python -m bv_blend.verl.doctor``: why does verl say "Unknown advantage estimator simply: bv_blend"?
+"""``bv-blend doctor`` (or ``python -m bv_blend.verl.doctor``): why does verl say "Unknown advantage estimator
+simply: bv_blend"?
 
 Checks, each in a fresh interpreter so that nothing imported here hides a problem: the entry point is installed;
 a plain ``import verl`` registers our estimators (``bv_blend``, ``ha_dw``, ``maxnorm_ac``) and policy loss
@@ -12,6 +13,7 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 from bv_blend.verl.versions import installed_version
@@ -50,37 +52,34 @@ def _probe(code: str, env: dict[str, str]) -> tuple[bool, str]:
     return proc.returncode == 0, (lines[-1] if lines else f"exit code {proc.returncode}")
 
 
-def run_checks(env: dict[str, str] | None = None) -> list[tuple[str, bool, str]]:
-    """``(check, passed, detail)`` for each check."""
+def iter_checks(env: dict[str, str] | None = None) -> Iterator[tuple[str, bool, str]]:
+    """``(check, passed, detail)`` for each check, as it finishes (each probe starts a fresh interpreter: seconds)."""
     env = dict(os.environ if env is None else env)
-    results = []
     for dist in ("bv-blend", "verl", "transferqueue"):
         found = installed_version(dist)
-        results.append((f"{dist} installed", found is not None, found or "not installed in this Python"))
+        yield f"{dist} installed", found is not None, found or "not installed in this Python"
     ours = [ep for ep in entry_points(group="verl.plugins") if ep.value.startswith("bv_blend")]
-    results.append(
-        (
-            "entry point verl.plugins",
-            bool(ours),
-            ", ".join(f"{ep.name} = {ep.value}" for ep in ours) or "missing: reinstall with `pip install bv-blend`",
-        )
+    yield (
+        "entry point verl.plugins",
+        bool(ours),
+        ", ".join(f"{ep.name} = {ep.value}" for ep in ours) or "missing: reinstall with `pip install bv-blend`",
     )
     policy = env.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     modules = env.get("VERL_USE_EXTERNAL_MODULES", "")
-    results.append(("VERL_USE_EXTERNAL_PLUGINS / _MODULES", True, f"{policy!r} / {modules!r}"))
-    results.append(("`import verl` registers bv_blend, ha_dw, maxnorm_ac, ntf", *_probe(PROBE_REGISTRY, env)))
+    yield "VERL_USE_EXTERNAL_PLUGINS / _MODULES", True, f"{policy!r} / {modules!r}"
+    yield "`import verl` registers bv_blend, ha_dw, maxnorm_ac, ntf", *_probe(PROBE_REGISTRY, env)
     loud = dict(env, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bv_blend.verl.plugin")
-    results.append(("loud route VERL_USE_EXTERNAL_MODULES", *_probe(PROBE_REGISTRY, loud)))
-    results.append(("trainer hooks (V1 and legacy)", *_probe(PROBE_HOOKS, env)))
-    return results
+    yield "loud route VERL_USE_EXTERNAL_MODULES", *_probe(PROBE_REGISTRY, loud)
+    yield "trainer hooks (V1 and legacy)", *_probe(PROBE_HOOKS, env)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    results = run_checks()
-    for name, passed, detail in results:
-        print(f"[{'ok' if passed else 'FAIL'}] {name}: {detail}")
-    if not all(passed for _, passed, _ in results):
+def print_checks(env: dict[str, str] | None = None) -> int:
+    """Print each check as it finishes (the probes take seconds each), then the fix if one failed; the exit code."""
+    failed = False
+    for name, passed, detail in iter_checks(env):
+        print(f"[{'ok' if passed else 'FAIL'}] {name}: {detail}", flush=True)
+        failed = failed or not passed
+    if failed:
         print(
             "\nFix: `pip install bv-blend` in the Python that runs verl (every node). If the entry point is present "
             "but registration fails, run with VERL_USE_EXTERNAL_MODULES=bv_blend.verl.plugin: the import error "
@@ -88,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    return print_checks()
 
 
 if __name__ == "__main__":

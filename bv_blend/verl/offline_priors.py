@@ -1,4 +1,4 @@
-"""Offline priors from verl's own generation (history_spec 4): the face is ``scripts/offline_priors.py``.
+"""Offline priors from verl's own generation (history_spec 4): the face is ``bv-blend priors``.
 
 The run's training config, as the user trains it, is run by verl's stock trainer in validation-only mode over the
 training prompts: ``trainer.val_only=true`` with the training files as ``data.val_files``, N samples a prompt at the

@@ -15,7 +15,7 @@ post-import hooks; the work happens when, and only if, the process imports the v
 
 Importing this module twice, or through both routes, is harmless. A hook that fails is logged at ERROR
 (verl itself swallows entry-point errors) and raised when a trainer starts with one of our estimators or our loss;
-``python -m bv_blend.verl.doctor`` reports all of it.
+``bv-blend doctor`` reports all of it.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def prompt_keys_for_rows(
             f"{owner} has no prompt key for {len(set(unknown))} prompt uid(s) (e.g. {unknown[0]}). The bv_blend "
             "trainer hooks read each prompt's key from its raw_prompt before verl calls the estimator; "
             + (
-                "they did not run for this call (run `python -m bv_blend.verl.doctor`). When calling verl's "
+                "they did not run for this call (run `bv-blend doctor`). When calling verl's "
                 "compute_advantage yourself, wrap it in bv_blend.verl.channel.advantage_step(prompt_keys=...)."
                 if mapping is None
                 else "these uids were not in the batch they read."

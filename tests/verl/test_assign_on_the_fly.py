@@ -85,6 +85,6 @@ def test_missing_ids_are_an_error_that_says_how_to_annotate(annotated):
 
     codebook_path, rows = annotated
     config = compose_config([f"algorithm.bv_blend.codebook_path={codebook_path}"])
-    with pytest.raises(MissingClusterError, match="build_codebook.py"):
+    with pytest.raises(MissingClusterError, match="bv-blend codebook"):
         ray_trainer.compute_advantage(dataproto(rows, drop_id_every=3), adv_estimator="bv_blend",
                                       config=config.algorithm)

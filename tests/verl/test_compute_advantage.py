@@ -85,7 +85,7 @@ def test_padding_rows_get_zero_and_leave_history_alone():
 def test_prompt_without_cluster_id_is_a_clear_error():
     rows = step_rows(0)
     rows[7]["extra_info"] = {"index": 2}  # the only row of its prompt
-    with pytest.raises(MissingClusterError, match=rf"extra_info\['{CLUSTER_KEY}'\].*build_codebook.py"):
+    with pytest.raises(MissingClusterError, match=rf"extra_info\['{CLUSTER_KEY}'\].*bv-blend codebook"):
         ray_trainer.compute_advantage(step_dataproto(rows), adv_estimator="bv_blend", config=algorithm())
 
 

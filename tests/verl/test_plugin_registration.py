@@ -110,6 +110,6 @@ def test_without_plugin_verl_fails_with_unknown_estimator_until_plugin_imported(
 
 
 def test_doctor_reports_all_checks_ok():
-    proc = subprocess.run([sys.executable, "-m", "bv_blend.verl.doctor"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bv_blend.cli", "doctor"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("[ok]") == 8 and "[FAIL]" not in proc.stdout

@@ -38,14 +38,14 @@ class BVBlendOptions(GlueOptions):
     Attributes:
         config: the estimator's parameters.
         num_clusters: K. ``None`` reads it from the codebook.
-        codebook_path: codebook written by ``scripts/build_codebook.py``; needed for ``assign`` and for the
+        codebook_path: codebook written by ``bv-blend codebook``; needed for ``assign`` and for the
             codebook check on resume.
         cluster_key: the ``extra_info`` key holding each prompt's integer cluster id.
         on_missing_cluster: ``error`` (a prompt without an id stops the run) or ``assign`` (encode it).
         allow_state_reset: on resume, start the history afresh instead of failing when the checkpoint has no
             BV-Blend state or a state made with another K / codebook / estimator config.
         prompt_key_field: at the prompt levels, key each prompt by ``extra_info[field]`` instead of a hash of its text.
-        prior_file: offline prior scores (``scripts/offline_priors.py``, history_spec 4): the history starts warm.
+        prior_file: offline prior scores (``bv-blend priors``, history_spec 4): the history starts warm.
     """
 
     NAME = NAME
@@ -129,7 +129,7 @@ class BVBlendOptions(GlueOptions):
             if self.num_clusters is None:
                 raise ValueError(
                     f"algorithm.adv_estimator=bv_blend needs the number of clusters K: set {SECTION}.codebook_path="
-                    "<codebook.npz from scripts/build_codebook.py> (K is read from it) or "
+                    "<codebook.npz from `bv-blend codebook`> (K is read from it) or "
                     f"{SECTION}.num_clusters=K. " + ANNOTATE_HINT
                 )
             return self.num_clusters, None

@@ -35,7 +35,7 @@ class SPOOptions(GlueOptions):
 
     Attributes:
         config: the estimator's parameters.
-        offline_values: a prior file (``scripts/offline_priors.py``): each prompt's scores under the initial policy.
+        offline_values: a prior file (``bv-blend priors``): each prompt's scores under the initial policy.
         prompt_key_field: key each prompt by ``extra_info[field]`` (``index``...) instead of a hash of its text.
         allow_state_reset: on resume, start the tracker afresh instead of failing on a missing or mismatched state.
     """
