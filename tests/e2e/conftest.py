@@ -1,12 +1,47 @@
-"""The session's shared CPU assets (tests/e2e/_assets.py): built once, used by every run of verl's trainer."""
+"""What the end-to-end tests share: the session's CPU assets (tests/e2e/_assets.py) and the two history runs
+(tests/e2e/_history.py), each launched once however many test modules read it."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from tests.e2e._assets import CpuAssets, build_cpu_assets
+from tests.e2e._history import BLEND, SPO_LEGACY, HistoryRun, run_history
 
 
 @pytest.fixture(scope="session")
 def cpu_assets(tmp_path_factory: pytest.TempPathFactory) -> CpuAssets:
     return build_cpu_assets(tmp_path_factory.mktemp("cpu_e2e"))
+
+
+def _launched_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
+    """Under pytest-xdist, every test of a shared run must be on one worker (``--dist loadgroup`` and the modules'
+    ``xdist_group`` marks): a second worker would launch the same trainer run again, which costs minutes and
+    passes. Fails instead, naming the cause."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    claim = tmp_path_factory.getbasetemp().parent / f"{name}.launched_by"
+    try:
+        with claim.open("x") as out:
+            out.write(worker)
+    except FileExistsError:
+        pytest.fail(f"the {name} run was launched by {claim.read_text()} already and {worker} needs it too: its tests "
+                    "are split across xdist workers; run with --dist loadgroup (scripts/test.sh does) on a pytest "
+                    "whose nodeids xdist can group (pyproject.toml's pin)")
+
+
+@pytest.fixture(scope="session")
+def bv_blend_run(cpu_assets: CpuAssets, tmp_path_factory: pytest.TempPathFactory) -> HistoryRun:
+    """BV-Blend's prompt_and_cluster level with the sampler, V1 trainer; the resumed process dies mid-generation."""
+    _launched_once(tmp_path_factory, BLEND.name)
+    return run_history(BLEND, cpu_assets)
+
+
+@pytest.fixture(scope="session")
+def spo_run(cpu_assets: CpuAssets, tmp_path_factory: pytest.TempPathFactory) -> HistoryRun:
+    """SPO at one rollout a prompt with the sampler, on verl's legacy trainer."""
+    _launched_once(tmp_path_factory, SPO_LEGACY.name)
+    return run_history(SPO_LEGACY, cpu_assets)

@@ -1,16 +1,18 @@
 """A vLLM engine that dies (tests/e2e/engine_faults.py) must end the run quickly, and say so.
 
-Each end-to-end test is one real run of verl's stock trainer on CPU (about 3.5 minutes on 2 cores) in which vLLM's
-engine core process is killed with SIGKILL, as the kernel's OOM killer would:
+vLLM's engine core process is killed with SIGKILL, as the kernel's OOM killer would, in a real run of verl's stock
+trainer on CPU:
 
-- during step 2's generation, its requests in flight: the run must exit non-zero within two minutes of the kill,
+- during a step's generation, its requests in flight: the run must exit non-zero within two minutes of the kill,
   name the cause in the CPU platform's own words (``RolloutEngineDied``, not only vLLM's and verl's tracebacks, one
   per request), record no step after it, and leave no process behind. Without the CPU platform's engine-death check
   (``BV_BLEND_CPU_ENGINE_DEATH_CHECK=0``) the run ends with verl's "no materializable trajectories. Enable
-  trainer.v1.sampler.sync_refill_failed_groups" instead, and the test fails;
+  trainer.v1.sampler.sync_refill_failed_groups" instead, and the test fails. This fault rides on the resumed process
+  of the session's BV-Blend history run (tests/e2e/_history.py): it trains and saves step 3, then dies in step 4's
+  generation (a run of its own until this round);
 - between step 1's generation and step 2's: no request fails, and the next weight sync finds the dead worker. The
   same within two minutes, with the weight-sync deadline's ``WeightSyncTimeout``; without its send timeout the
-  sync waits forever.
+  sync waits forever. One run of its own.
 
 The other tests check the adaptation's parts on verl's real classes, without a run (seconds).
 """
@@ -18,91 +20,70 @@ The other tests check the adaptation's parts on verl's real classes, without a r
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 import types
-from pathlib import Path
 
 import pytest
 
 from instruments.cpu import cpu_env, rollout_patches
 from instruments.cpu.checks import CpuAdaptationWarning
-from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.cpu.launch import processes_of_run
 from instruments.demo.report import read_metrics
 from tests.e2e._assets import CpuAssets
+from tests.e2e._history import LAST_STEP, HistoryRun
+from tests.e2e._launch import FAIL_FAST_S, Fault, Launch, launch
 from tests.e2e.engine_faults import FAULT_ENV, FAULT_STEP, INJECTED_FAULT
 
-REPO = Path(__file__).resolve().parents[2]
-FAIL_FAST_S = 120
 CAUSE = "vLLM engine died during generation"
 
 
-def _run_with_fault(assets: CpuAssets, fault: str) -> tuple[int, float, str, list[int], str]:
-    """One run with ``fault``: its exit code, the seconds from the kill (read from the live log) to the run's end,
-    its log, the steps verl recorded, and its run id."""
-    log, run_id = assets.work / f"{fault}.log", f"e2e-{fault}-{assets.work.name}"
-    seen: dict[str, float] = {}
-    done = threading.Event()
-
-    def watch() -> None:  # when did the engine core die?
-        while not done.is_set():
-            if log.is_file() and INJECTED_FAULT in log.read_text(errors="replace"):
-                seen["fault"] = time.monotonic()
-                return
-            time.sleep(0.5)
-
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    rc = run_trainer(
-        [*assets.overrides, f"trainer.total_training_steps={FAULT_STEP + 1}", "trainer.save_freq=-1",
-         f"trainer.default_local_dir={assets.work / fault / 'checkpoints'}"],
-        log_path=log, metrics_path=assets.work / f"{fault}.jsonl", timeout_s=900, run_id=run_id,
-        extra_env={FAULT_ENV: fault, "VERL_USE_EXTERNAL_MODULES": "tests.e2e.engine_faults", "PYTHONPATH": path},
-    )  # fmt: skip
-    ended = time.monotonic()
-    done.set()
-    watcher.join()
-    assert "fault" in seen, f"the engine core was never killed; see {log}"
-    took = ended - seen["fault"]
-    print(f"{fault}: the run exited {rc} {took:.1f} s after the engine core was killed")  # pytest -s or -rP
-    metrics = assets.work / f"{fault}.jsonl"
-    steps = list(read_metrics(metrics).index) if metrics.is_file() and metrics.read_text().strip() else []
-    return rc, took, log.read_text(errors="replace"), steps, run_id
+def _logged_steps(done: Launch) -> list[int]:
+    return list(read_metrics(done.metrics).index) if done.metrics.is_file() and done.metrics.read_text().strip() else []
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
+@pytest.mark.xdist_group("history")
 def test_an_engine_that_dies_during_generation_ends_the_run_quickly_and_names_the_cause(
-    cpu_assets: CpuAssets,
+    bv_blend_run: HistoryRun,
 ) -> None:
-    rc, took, text, steps, run_id = _run_with_fault(cpu_assets, "kill_mid_generation")
-    assert rc != 0, "a run whose engine died must not exit 0"
-    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died"
+    done = bv_blend_run.second
+    assert done.after_fault_s is not None, f"the engine core was never killed; see {done.log}"
+    assert done.rc != 0, "a run whose engine died must not exit 0"
+    assert done.after_fault_s < FAIL_FAST_S, f"the run took {done.after_fault_s:.0f} s to end after the engine died"
+    text = done.text()
     assert "RolloutEngineDied" in text and CAUSE in text, "the run's error must name the cause"
     assert "killed by SIGKILL" in text, "the error must say how the engine ended"
-    assert steps == list(range(1, FAULT_STEP)), f"steps recorded: {steps}; none may follow the death"
-    assert processes_of_run(run_id) == [], "processes of the run are still alive"
+    # the resumed process trains step 3 (its sync 1 loads the checkpoint's weights), then dies in step 4's generation
+    assert _logged_steps(done) == [LAST_STEP], f"steps recorded: {_logged_steps(done)}; none may follow the death"
+    assert processes_of_run(done.run_id) == [], "processes of the run are still alive"
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
+@pytest.mark.xdist_group("single_runs")
 def test_an_engine_that_dies_between_generations_ends_the_run_at_the_next_weight_sync(cpu_assets: CpuAssets) -> None:
     """No request fails, so the check above never runs: the weight sync meets the dead worker first. Its sender's
     first send then has no receiver, which only the sync deadline's send timeout ends."""
-    rc, took, text, steps, run_id = _run_with_fault(cpu_assets, "kill_before_sync")
-    assert rc != 0, "a run whose engine died must not exit 0"
-    assert took < FAIL_FAST_S, f"the run took {took:.0f} s to end after the engine died"
+    work = cpu_assets.work
+    fault = Fault("tests.e2e.engine_faults", FAULT_ENV, "kill_before_sync", INJECTED_FAULT)
+    done = launch([*cpu_assets.overrides, f"trainer.total_training_steps={FAULT_STEP + 1}", "trainer.save_freq=-1",
+                   f"trainer.default_local_dir={work / 'kill_before_sync' / 'checkpoints'}"],
+                  work / "kill_before_sync.log", work / "kill_before_sync.jsonl", f"e2e-kill_before_sync-{work.name}",
+                  fault=fault)  # fmt: skip
+    assert done.after_fault_s is not None, f"the engine core was never killed; see {done.log}"
+    assert done.rc != 0, "a run whose engine died must not exit 0"
+    assert done.after_fault_s < FAIL_FAST_S, f"the run took {done.after_fault_s:.0f} s to end after the engine died"
+    text = done.text()
     assert "WeightSyncTimeout" in text and "no receiver" in text, "the run's error must name the cause"
     # verl logs a step after its closing weight sync (PPOTrainerSync.on_step_end): step 1 ends in the failed sync
+    steps = _logged_steps(done)
     assert steps == [], f"steps recorded: {steps}; step 1 ended in the sync that met the dead engine"
-    assert processes_of_run(run_id) == [], "processes of the run are still alive"
+    assert processes_of_run(done.run_id) == [], "processes of the run are still alive"
 
 
 # ----------------------------------------------------------------------------- the parts, on verl's real classes

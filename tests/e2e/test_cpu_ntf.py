@@ -9,18 +9,27 @@ advantage). With one cluster, every failure after the first success gets a negat
 (the CPU platform of instruments.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio
 reaches the actor workers through ``policy_loss._target_=bv_blend.verl.glue.ntf.NTFPolicyLossConfig``. What happened
 is read back from verl's "file" logger: verl prefixes every actor-side metric with ``actor/``, so the loss's
-``ntf/*`` are logged as ``actor/ntf/*``. About 7 minutes on 2 cores (427 s measured, the shared assets included).
+``ntf/*`` are logged as ``actor/ntf/*``.
+
+The same run carries the weight-sync fault ``stale`` (tests/e2e/weight_sync_faults.py), whose check once had a run of
+its own in test_cpu_weight_sync.py: after start-up, every sync is acknowledged but not loaded, so vLLM keeps sampling
+with the step-0 weights, and the freshness check that test_cpu_trainer.py applies to healthy runs must reject this
+run. Neither part reads what the other changes: the NTF and BV-Blend checks read advantages and the loss's token
+counts, which hold for rollouts of any weights; the stale check reads verl's rollout-vs-actor comparison.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.cpu.launch import processes_of_run
 from instruments.demo.report import read_metrics
 from tests.e2e._assets import CpuAssets
+from tests.e2e._checks import FRESH_BOUND, PROBS_DIFF, assert_rollouts_use_fresh_weights
+from tests.e2e._launch import Fault, launch
+from tests.e2e.weight_sync_faults import FAULT_ENV
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("single_runs")]
 
 STEPS = 4  # a negative needs a success in an earlier step: ~20% of rollouts succeed, so P(none in 24) < 1%
 KEEP_RATIO = 0.1
@@ -46,9 +55,9 @@ def run(cpu_assets: CpuAssets) -> dict:
         "trainer.resume_mode=disable",
         "trainer.experiment_name=ntf",
     ]
-    code = run_trainer(overrides, log_path=work / "ntf.log", metrics_path=work / "ntf.jsonl", timeout_s=1800,
-                       run_id=run_id)  # fmt: skip
-    return {"code": code, "work": work, "run_id": run_id}
+    stale = Fault("tests.e2e.weight_sync_faults", FAULT_ENV, "stale")
+    done = launch(overrides, work / "ntf.log", work / "ntf.jsonl", run_id, fault=stale, timeout_s=1800)
+    return {"code": done.rc, "work": work, "run_id": run_id}
 
 
 def test_the_run_exits_cleanly(run: dict) -> None:
@@ -87,3 +96,17 @@ def test_ntf_keeps_about_the_keep_ratio_of_negative_tokens(run: dict) -> None:
         kept = row["actor/ntf/kept_frac_of_neg"]
         assert KEEP_RATIO - 1e-6 <= kept <= KEEP_RATIO + 1 / mean_negative_length + 1e-6, (step, kept)
         assert 0 < row["actor/ntf/neg_row_ratio"] <= 1
+
+
+def test_a_stale_rollout_copy_is_caught_by_the_freshness_check(run: dict) -> None:
+    """The run trained (silently wrong, exit 0 above). Up to the first step whose update moved the actor (step 1's
+    advantages are all 0 here), vLLM's start-up weights are the actor's; the rollouts after it were sampled with
+    those weights while the actor had moved, which the freshness check must report."""
+    metrics = read_metrics(run["work"] / "ntf.jsonl")
+    updated = metrics.index[metrics["actor/grad_norm"] > 0]
+    assert len(updated) and updated[0] < metrics.index[-1], "no update before the last step: a stale copy is invisible"
+    first_update = updated[0]
+    assert (metrics.loc[:first_update, PROBS_DIFF] < FRESH_BOUND).all(), "the start-up weights, which did load"
+    assert metrics.loc[first_update + 1, PROBS_DIFF] > 10 * FRESH_BOUND, "one update should move probabilities visibly"
+    with pytest.raises(AssertionError, match="vLLM generated with weights other than the actor's"):
+        assert_rollouts_use_fresh_weights(metrics)

@@ -21,7 +21,7 @@ from instruments.cpu.launch import processes_of_run
 from tests._scripts import load_script
 from tests.e2e._assets import CpuAssets
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.xdist_group("single_runs")]
 
 SAMPLES = 2
 
