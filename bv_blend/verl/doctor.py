@@ -1,9 +1,8 @@
 """``python -m bv_blend.verl.doctor``: why does verl say "Unknown advantage estimator simply: bv_blend"?
 
 Checks, each in a fresh interpreter so that nothing imported here hides a problem: the entry point is installed;
-a plain ``import verl`` registers our estimators (``bv_blend``, ``ha_dw``, ``maxnorm_ac``) and policy loss
-(``ntf``), and verl instantiates NTF's policy-loss config; the trainer hooks install on this verl. Exit code 0 when
-all pass.
+a plain ``import verl`` registers every estimator and policy loss of ``records.py``, and verl instantiates NTF's
+policy-loss config; the trainer hooks install on this verl. Exit code 0 when all pass.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
+from bv_blend.verl.records import POLICY_LOSSES, RECORDS
 from bv_blend.verl.versions import installed_version
 
 PROBE_REGISTRY = (
@@ -68,7 +68,8 @@ def run_checks(env: dict[str, str] | None = None) -> list[tuple[str, bool, str]]
     policy = env.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     modules = env.get("VERL_USE_EXTERNAL_MODULES", "")
     results.append(("VERL_USE_EXTERNAL_PLUGINS / _MODULES", True, f"{policy!r} / {modules!r}"))
-    results.append(("`import verl` registers bv_blend, ha_dw, maxnorm_ac, ntf", *_probe(PROBE_REGISTRY, env)))
+    ours_by_name = ", ".join([*(record.name for record in RECORDS), *POLICY_LOSSES])
+    results.append((f"`import verl` registers {ours_by_name}", *_probe(PROBE_REGISTRY, env)))
     loud = dict(env, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bv_blend.verl.plugin")
     results.append(("loud route VERL_USE_EXTERNAL_MODULES", *_probe(PROBE_REGISTRY, loud)))
     results.append(("trainer hooks (V1 and legacy)", *_probe(PROBE_HOOKS, env)))

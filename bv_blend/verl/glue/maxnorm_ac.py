@@ -8,6 +8,7 @@ process's estimator. It has no state, so no checkpoint file.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +18,9 @@ import torch
 from bv_blend.companions import MaxNormAC, MaxNormConfig
 from bv_blend.verl import channel, runtime
 from bv_blend.verl.multi_output import outcome_advantages
-from bv_blend.verl.options import GlueOptions, section_options
+from bv_blend.verl.options import GlueOptions, config_get, section_options
 
+logger = logging.getLogger(__name__)
 NAME = "maxnorm_ac"
 SECTION = "algorithm.maxnorm"  # the options live under algorithm.maxnorm (the spec's name)
 
@@ -41,6 +43,16 @@ class MaxNormOptions(GlueOptions):
 
     def build(self) -> MaxNormAC:
         return MaxNormAC(self.config)
+
+    def prepare(self, built: MaxNormAC, config: Any) -> None:
+        """At trainer start: warn that verl's KL loss still moves the groups the RRP skips."""
+        actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
+        if self.config.skip_zero_gap and bool(config_get(actor, "use_kl_loss")):
+            logger.warning(
+                "maxnorm_ac: zero-gap groups get advantage 0, but actor.use_kl_loss=true still applies the KL update "
+                "to them (the RRP skips both). Run with actor.use_kl_loss=false for the paper's skip; "
+                "docs/companions.md lists the alternatives."
+            )
 
 
 def compute_maxnorm_ac_advantage(

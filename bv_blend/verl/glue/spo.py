@@ -8,7 +8,6 @@ with the hash of the offline values, which a resume must match).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,10 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bv_blend.core.options import check_optional_text
 from bv_blend.history.priors import load_priors, priors_hash, unmatched
 from bv_blend.spo import SPOConfig, SPOEstimator
 from bv_blend.verl import channel, runtime
-from bv_blend.verl.options import GlueOptions, section_options, unknown_keys
+from bv_blend.verl.options import HistoryOptions
 from bv_blend.verl.prompt_keys import prompt_keys_for_rows
 
 logger = logging.getLogger(__name__)
@@ -30,46 +30,25 @@ SECTION = f"algorithm.{NAME}"
 
 
 @dataclass(frozen=True)
-class SPOOptions(GlueOptions):
+class SPOOptions(HistoryOptions):
     """``algorithm.spo`` read and validated.
 
     Attributes:
         config: the estimator's parameters.
-        offline_values: a prior file (``scripts/offline_priors.py``): each prompt's scores under the initial policy.
         prompt_key_field: key each prompt by ``extra_info[field]`` (``index``...) instead of a hash of its text.
         allow_state_reset: on resume, start the tracker afresh instead of failing on a missing or mismatched state.
+        offline_values: a prior file (``scripts/offline_priors.py``): each prompt's scores under the initial policy.
     """
 
     NAME = NAME
+    CONFIG = SPOConfig
 
     config: SPOConfig = field(default_factory=SPOConfig)
     offline_values: str | None = None
-    prompt_key_field: str | None = None
-    allow_state_reset: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("offline_values", "prompt_key_field"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{SECTION}.{name}={value!r} is invalid: it must be a non-empty string or null.")
-        if not isinstance(self.allow_state_reset, bool):
-            raise ValueError(f"{SECTION}.allow_state_reset={self.allow_state_reset!r} is invalid: true or false.")
-
-    @classmethod
-    def glue_keys(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls)) - {"config"}
-
-    @classmethod
-    def from_algorithm(cls, algorithm: Any) -> SPOOptions:
-        options = section_options(algorithm, NAME)
-        unknown_keys(options, cls.glue_keys() | {f.name for f in dataclasses.fields(SPOConfig)}, SECTION)
-        glue = {key: options.pop(key) for key in list(options) if key in cls.glue_keys()}
-        return cls(config=SPOConfig.from_mapping(options), **glue)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        glue = cls()
-        return {**glue.config.to_dict(), **{key: getattr(glue, key) for key in cls.glue_keys()}}
+        super().__post_init__()
+        check_optional_text(SECTION, "offline_values", self.offline_values)
 
     def build(self) -> SPOEstimator:
         priors = load_priors(self.offline_values, f"{SECTION}.offline_values") if self.offline_values else None
