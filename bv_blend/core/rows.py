@@ -113,6 +113,7 @@ def read_rows(
     valid: Mask | None = None,
     reward_range: tuple[float, float] | None = None,
     section: str = "",
+    fixed_range: str | None = None,
     **per_row: np.ndarray,
 ) -> Rows:
     """Check one call's sequence-level inputs and turn them into host arrays.
@@ -121,7 +122,8 @@ def read_rows(
         rewards: (B,) float rewards.
         group_ids: (B,) prompt-group ids: uid strings (a numpy object array, as verl passes them) or ints.
         valid: optional (B,) bool; False marks padding rows, as does a uid starting with "pad".
-        reward_range: the declared [lo, hi] of the rewards, if the estimator has one (``section`` names the option).
+        reward_range: the declared [lo, hi] of the rewards, if the estimator has one: the option
+            ``{section}.reward_range``, or, where ``fixed_range`` says why the range is fixed, no option.
         per_row: the estimator's other per-row inputs (``cluster_ids=...``), checked for their length here.
 
     Raises:
@@ -140,7 +142,7 @@ def read_rows(
     reward[~mask] = 0.0
     _check_reward_size(reward)
     if reward_range is not None:
-        _check_reward_range(reward, mask, reward_range, section)
+        _check_reward_range(reward, mask, reward_range, section, fixed_range)
     return Rows(reward, mask, codes, num_groups)
 
 
@@ -258,16 +260,24 @@ def _check_reward_size(reward: np.ndarray) -> None:
         raise ValueError(TOO_LARGE)
 
 
-def _check_reward_range(reward: np.ndarray, valid: np.ndarray, reward_range: tuple[float, float], section: str) -> None:
+def _check_reward_range(
+    reward: np.ndarray, valid: np.ndarray, reward_range: tuple[float, float], section: str, fixed: str | None
+) -> None:
     lo, hi = reward_range
     slack = RANGE_TOLERANCE * (hi - lo)
     outside = np.flatnonzero(valid & ((reward < lo - slack) | (reward > hi + slack)))
-    if outside.size:
+    if not outside.size:
+        return
+    held = f"rows {outside[:5].tolist()} hold {reward[outside[:5]].tolist()}"
+    if fixed is not None:  # a range no option moves: the reward itself must change
         raise ValueError(
-            f"Rewards must lie in {section}.reward_range=[{lo:g}, {hi:g}]; rows {outside[:5].tolist()} hold "
-            f"{reward[outside[:5]].tolist()}. Set {section}.reward_range to the range your reward function "
-            "produces, or fix the reward."
+            f"Rewards must lie in [{lo:g}, {hi:g}] ({fixed}); {held}. Make the reward function "
+            f"(reward.custom_reward_function.path) return rewards in [{lo:g}, {hi:g}], or fix the reward."
         )
+    raise ValueError(
+        f"Rewards must lie in {section}.reward_range=[{lo:g}, {hi:g}]; {held}. Set {section}.reward_range to the "
+        "range your reward function produces, or fix the reward."
+    )
 
 
 __all__ = [

@@ -44,6 +44,7 @@ from bv_blend.history.table import PromptTable, group_visits
 SECTION = "algorithm.spo"
 STATE_FORMAT_VERSION = 1
 REWARD_RANGE = (0.0, 1.0)
+FIXED_RANGE = "SPO's tracker is a Beta posterior of the success rate"  # history_spec 2: no option widens it
 PRIOR = 0.5  # alpha = beta = 0.5 for a prompt without offline values (the recipe's)
 
 
@@ -133,7 +134,7 @@ class SPOEstimator:
         sync = should_sync(self.config.sync_across_ranks)
         try:
             keys = np.asarray(prompt_keys, dtype=object)
-            rows = read_rows(rewards, group_ids, valid, REWARD_RANGE, SECTION, prompt_keys=keys)
+            rows = read_rows(rewards, group_ids, valid, REWARD_RANGE, SECTION, FIXED_RANGE, prompt_keys=keys)
             group_key = group_prompt_keys(rows, keys, "SPO")
         except (ValueError, TypeError):
             if sync:
