@@ -189,6 +189,25 @@ class BVBlendEstimator:
         advantages = sequence.unsqueeze(-1) * response_mask
         return advantages, advantages
 
+    def success_estimates(
+        self, keys: Sequence[str] | np.ndarray, cluster_ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) per prompt key, for the prompt sampler (history_spec 5): the prompt's mean m1_p (at the prompt
+        levels), else its cluster's m1_k (at the cluster levels, where ``cluster_ids`` are given); 0.5 and
+        ``known=False`` for a prompt that neither history has seen."""
+        p_hat = np.full(len(keys), np.nan)
+        if self.config.uses_prompts:
+            _, mean, _, seen = self.prompts.lookup(keys)
+            p_hat = np.where(seen, mean, p_hat)
+        if self.config.uses_clusters and cluster_ids is not None:
+            clusters = np.asarray(cluster_ids, dtype=np.int64)
+            in_range = (clusters >= 0) & (clusters < self.num_clusters)
+            safe = np.where(in_range, clusters, 0)
+            seen = in_range & self.moments.seen[safe]
+            p_hat = np.where(np.isnan(p_hat) & seen, self.moments.mean[safe], p_hat)
+        known = ~np.isnan(p_hat)
+        return np.where(known, p_hat, 0.5), known
+
     def warm_start(
         self, prompt_scores: Mapping[str, Sequence[float]], prompt_clusters: Mapping[str, int] | None = None
     ) -> None:

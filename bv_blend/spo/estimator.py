@@ -211,8 +211,11 @@ class SPOEstimator:
         advantages = sequence.unsqueeze(-1) * response_mask
         return advantages, advantages
 
-    def success_estimates(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(p^, known) per key: alpha / (alpha + beta), and whether the tracker (not the prior) gave it."""
+    def success_estimates(
+        self, keys: Sequence[str] | np.ndarray, cluster_ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) per key, for the prompt sampler: alpha / (alpha + beta) (the tracker's, else the offline prior's,
+        else 0.5), and whether the tracker gave it. SPO keeps no cluster history: ``cluster_ids`` are not read."""
         alpha, beta, rows = self._beta(list(keys))
         return alpha / (alpha + beta), rows >= 0
 

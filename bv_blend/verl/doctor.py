@@ -39,7 +39,7 @@ PROBE_HOOKS = (
     "targets += [(legacy.RayPPOTrainer, n) for n in ('__init__', '_save_checkpoint', '_load_checkpoint')]\n"
     "targets += [(legacy, 'compute_advantage'), (legacy, 'compute_data_metrics')]\n"
     "missing = [getattr(o, '__name__', o) + '.' + n for o, n in targets if not is_wrapped(o, n)]\n"
-    "assert not missing and not runtime.HOOK_ERRORS, (missing, runtime.HOOK_ERRORS)\n"
+    "assert not missing and not runtime.RUN.hook_errors, (missing, runtime.RUN.hook_errors)\n"
     "print(f'{len(targets)} hooks installed')\n"
 )
 

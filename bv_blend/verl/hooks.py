@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bv_blend.verl import runtime
-from bv_blend.verl.channel import advantage_step, current_step
+from bv_blend.verl.channel import advantage_step, current_step, report_metrics
 from bv_blend.verl.multi_output import final_output_rows
 from bv_blend.verl.options import selected_record
 from bv_blend.verl.patching import wrap
@@ -118,7 +118,8 @@ def _v1_compute_advantage(original: Callable) -> Callable:
         sources = final_output_rows(list(batch.keys))
         with advantage_step(**_step_inputs(process, columns), output_sources=sources) as step:
             result = original(self, batch, metrics)
-        metrics.update(step.metrics | runtime.sampler_metrics())
+            report_metrics(runtime.sampler_metrics(process))
+        metrics.update(step.metrics)
         return result
 
     return _compute_advantage
@@ -165,7 +166,8 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
             return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
         with advantage_step(**_step_inputs(process, columns)) as step:
             result = original(data, adv_estimator, *args, **kwargs)
-        result.meta_info[METRICS_KEY] = step.metrics | runtime.sampler_metrics()
+            report_metrics(runtime.sampler_metrics(process))
+        result.meta_info[METRICS_KEY] = step.metrics
         return result
 
     return compute_advantage

@@ -70,9 +70,9 @@ class EstimatorRecord:
         refuses: part -> why it is refused on this estimator (the reason and the fix, shown at trainer start).
         options_elsewhere_refused: its options, set while another estimator runs, are an error (they would be
             ignored); false where configs declare the section for every run (BV-Blend's paper comparisons).
-        success_estimates: ``"module:function"`` giving each prompt's estimated success rate from its history
-            (``(process, keys, cluster_ids) -> p^``), for the prompt sampler; ``None`` for an estimator without a
-            per-prompt or per-cluster history, which the sampler refuses.
+        success_estimates: the method of its built object (what its options' ``build`` returns) that gives each
+            prompt's estimated success rate from its history, ``(keys, cluster_ids) -> (p^, known)``, for the prompt
+            sampler; ``None`` for an estimator without a per-prompt or per-cluster history, which the sampler refuses.
     """
 
     name: str
@@ -131,7 +131,7 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         },
         # The paper's comparison configs (paper/grpo, ...) inherit the main run's algorithm.bv_blend section.
         options_elsewhere_refused=False,
-        success_estimates="bv_blend.verl.glue.bv_blend:success_estimates",
+        success_estimates="success_estimates",
     ),
     EstimatorRecord(
         name="spo",
@@ -146,7 +146,7 @@ RECORDS: tuple[EstimatorRecord, ...] = (
             "group whose rewards are all equal, and at SPO's one rollout per prompt that is every group. SPO's tracker "
             "gives single rollouts their signal; turn filter_groups off.",
         },
-        success_estimates="bv_blend.verl.glue.spo:success_estimates",
+        success_estimates="success_estimates",
     ),
     EstimatorRecord(
         name="ha_dw",

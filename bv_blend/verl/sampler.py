@@ -6,8 +6,10 @@ both trainers import by name; it has no plugin point. With ``data.history_sample
 
 Each batch is ``train_batch_size`` distinct prompts drawn from the whole training set with probability proportional to
 ``sqrt(p^ (1 - p^)) + epsilon`` (``bv_blend.history.sampler``), where p^ comes from the history of the run's estimator,
-read when the batch is drawn (its record's ``success_estimates``: SPO's tracker; BV-Blend's prompt mean, else its
-cluster's mean, else the prior file's, else 0.5). An epoch is ``len(dataset) // train_batch_size`` batches.
+read when the batch is drawn: the method of the estimator that its record names (``success_estimates``: SPO's
+tracker; BV-Blend's prompt mean, else its cluster's mean, else the prior file's, else 0.5). Each batch's metrics wait
+in the sampler until the trainer hooks move them into the channel of the step that trains on it. An epoch is
+``len(dataset) // train_batch_size`` batches.
 
 The draws are a function of ``data.seed`` and the history. With ``data.seed=null`` the sampler does what verl's own
 does: verl's unseeded ``torch.Generator`` starts from torch's fixed default seed, so every unseeded run draws the same
@@ -35,7 +37,7 @@ from bv_blend.history import sampler as weights
 from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.options import config_get, section_options
-from bv_blend.verl.records import RECORDS, record_for, resolve
+from bv_blend.verl.records import RECORDS, record_for
 
 logger = logging.getLogger(__name__)
 
@@ -174,9 +176,7 @@ class HistorySampler(torch.utils.data.Sampler[int]):
         config = self._config() if callable(self._config) else self._config
         algorithm = config_get(config, "algorithm")
         keys, clusters = self._prompts(config)
-        p_hat = resolve_estimates(algorithm)(runtime.process_for(str(algorithm.adv_estimator), algorithm), keys,
-                                             clusters)  # fmt: skip
-        p_hat = np.clip(p_hat, 0.0, 1.0)
+        p_hat = success_estimates(algorithm, keys, clusters)
         chosen = weights.draw(weights.prompt_weights(p_hat, self.options.epsilon), self.batch_size, self.rng)
         process = runtime.held(str(algorithm.adv_estimator))
         group_size = int(config_get(config_get(config_get(config, "actor_rollout_ref"), "rollout"), "n") or 1)
@@ -230,18 +230,14 @@ class HistorySampler(torch.utils.data.Sampler[int]):
         self.pending.clear()
 
 
-def resolve_estimates(algorithm: Any) -> Callable[..., np.ndarray]:
+def success_estimates(algorithm: Any, keys: np.ndarray, cluster_ids: np.ndarray | None = None) -> np.ndarray:
+    """(P,) p^ of each prompt key from the history of the estimator ``algorithm`` selects: the method its record
+    names (``EstimatorRecord.success_estimates``) on the process's estimator (the sampler's and the labs' face)."""
     record = record_for(config_get(algorithm, "adv_estimator"))
     if record is None or record.success_estimates is None:
         raise ValueError(f"adv_estimator={config_get(algorithm, 'adv_estimator')} keeps no history to sample by.")
-    return resolve(record.success_estimates)
-
-
-def success_estimates(algorithm: Any, keys: np.ndarray, cluster_ids: np.ndarray | None = None) -> np.ndarray:
-    """(P,) p^ of each prompt key from the history of the estimator ``algorithm`` selects (the labs' face)."""
-    estimate = resolve_estimates(algorithm)
-    p_hat = estimate(runtime.process_for(str(algorithm.adv_estimator), algorithm), np.asarray(keys, dtype=object),
-                     cluster_ids)  # fmt: skip
+    built = runtime.process_for(record.name, algorithm).estimator
+    p_hat, _ = getattr(built, record.success_estimates)(np.asarray(keys, dtype=object), cluster_ids)
     return np.clip(p_hat, 0.0, 1.0)
 
 
@@ -262,7 +258,7 @@ def create_rl_sampler(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any
                            "the same batches from the same history. Set data.seed to vary them.", UNSEEDED)  # fmt: skip
         sampler = HistorySampler(dataset, batch_size, UNSEEDED if seed is None else int(seed), options,
                                  runtime.run_config)  # fmt: skip
-        runtime.active_sampler = sampler
+        runtime.RUN.sampler = sampler
         logger.info("bv_blend: the history sampler draws the training batches (%s).", SECTION)
         return sampler
 

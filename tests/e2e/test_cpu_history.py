@@ -248,8 +248,7 @@ def test_the_sampler_drew_every_batch_from_the_seed_and_the_history(runs: dict) 
     import numpy as np
 
     from bv_blend.history import sampler as weights
-    from bv_blend.verl.glue.bv_blend import BVBlendOptions, BVBlendProcess, success_estimates
-    from bv_blend.verl.runtime import Process
+    from bv_blend.verl.glue.bv_blend import BVBlendOptions, BVBlendProcess
 
     config = _saved(runs["work"], FIRST_STEPS, method)["config"]
     keys = np.array([task.key[q] for q in task.questions], dtype=object)
@@ -258,7 +257,7 @@ def test_the_sampler_drew_every_batch_from_the_seed_and_the_history(runs: dict) 
     estimator = method.from_config(config)
     options = BVBlendOptions(config=estimator.config, num_clusters=K)
     for step in range(1, LAST_STEP + 1):
-        p_hat = success_estimates(Process(options, BVBlendProcess(options, K, None, estimator)), keys, clusters)
+        p_hat, _ = BVBlendProcess(options, K, None, estimator).success_estimates(keys, clusters)
         drawn = weights.draw(weights.prompt_weights(p_hat), BATCH, rng)
         assert {task.questions[i] for i in drawn} == _batch_questions(runs, step), f"step {step}"
         estimator = _replay(runs, estimator.state_dict() if step > 1 else None, range(step, step + 1), config)

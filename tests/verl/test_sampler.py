@@ -65,7 +65,7 @@ def test_a_flat_history_draws_uniformly():
     for _ in range(500):
         np.add.at(counts, sampler._draw(), 1)
     assert stats.chisquare(counts).pvalue > 1e-3
-    metrics = runtime.sampler_metrics()
+    metrics = runtime.sampler_metrics(runtime.held("spo"))
     assert metrics["sampler/weight_entropy"] == pytest.approx(1.0)
     assert metrics["sampler/p_hat_mean_drawn"] == 0.5 and metrics["sampler/zero_variance_expected"] == 1.0
 

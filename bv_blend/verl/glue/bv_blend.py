@@ -192,6 +192,18 @@ class BVBlendProcess:
             self._assigner = ClusterAssigner(self.codebook)
         return self._assigner
 
+    def success_estimates(
+        self, keys: np.ndarray, cluster_ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) for the prompt sampler (history_spec 5): the estimator's (the prompt's mean, else its
+        cluster's), else the prior file's mean, else 0.5; ``known`` where the history gave it."""
+        p_hat, known = self.estimator.success_estimates(keys, cluster_ids)
+        if self.options.prior_file is not None and not known.all():
+            priors = self.priors()
+            prior_mean = np.array([float(priors[key].mean()) if key in priors else np.nan for key in keys])
+            p_hat = np.where(~known & ~np.isnan(prior_mean), prior_mean, p_hat)
+        return p_hat, known
+
     def assign_rows(self, rows: list[Mapping[str, Any]]) -> Any:
         """Cluster ids for dataset-like rows without one, by the codebook's encoder (loaded on first use)."""
         return self.assigner().assign_rows(rows)
@@ -233,23 +245,3 @@ def compute_bv_blend_advantage(
 
 
 __all__ = ["BVBlendOptions", "BVBlendProcess", "compute_bv_blend_advantage"]
-
-
-def success_estimates(process: runtime.Process, keys: np.ndarray, cluster_ids: np.ndarray | None) -> np.ndarray:
-    """p^ for the prompt sampler (history_spec 5): the prompt's mean m1_p, else its cluster's m1_k, else the prior
-    file's mean, else 0.5."""
-    estimator, options = process.estimator.estimator, process.options
-    p_hat = np.full(len(keys), np.nan)
-    if estimator.config.uses_prompts:
-        _, mean, _, seen = estimator.prompts.lookup(keys)
-        p_hat = np.where(seen, mean, p_hat)
-    if estimator.config.uses_clusters and cluster_ids is not None:
-        clusters = np.asarray(cluster_ids, dtype=np.int64)
-        safe = np.where((clusters >= 0) & (clusters < estimator.num_clusters), clusters, 0)
-        seen = (clusters >= 0) & (clusters < estimator.num_clusters) & estimator.moments.seen[safe]
-        p_hat = np.where(np.isnan(p_hat) & seen, estimator.moments.mean[safe], p_hat)
-    if options.prior_file is not None and np.isnan(p_hat).any():
-        priors = process.estimator.priors()
-        prior_mean = np.array([float(priors[key].mean()) if key in priors else np.nan for key in keys])
-        p_hat = np.where(np.isnan(p_hat), prior_mean, p_hat)
-    return np.where(np.isnan(p_hat), 0.5, p_hat)

@@ -110,9 +110,3 @@ def compute_spo_advantage(
 
 
 __all__ = ["SPOOptions", "compute_spo_advantage"]
-
-
-def success_estimates(process: runtime.Process, keys: np.ndarray, cluster_ids: np.ndarray | None) -> np.ndarray:
-    """p^ for the prompt sampler: the tracker's alpha / (alpha + beta), else the offline prior, else 0.5."""
-    p_hat, _ = process.estimator.success_estimates(keys)
-    return p_hat
