@@ -37,7 +37,7 @@ from bv_blend.blend.moments import NO_CLUSTER, ClusterMoments, PromptMoments, cl
 from bv_blend.blend.sums import DEGENERATE, CallSums
 from bv_blend.core.groups import GroupStats, group_stats
 from bv_blend.core.options import check_state_config, check_state_count, check_state_format
-from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, read_token_rows, to_tensor
+from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, to_tensor, token_level
 from bv_blend.core.sync import all_gather, should_sync
 from bv_blend.history.keys import group_prompt_keys
 from bv_blend.history.table import group_visits
@@ -178,16 +178,11 @@ class BVBlendEstimator:
                 rows that are their own source count in the statistics (verl's multi-output agent sessions, where
                 only each session's final output counts).
         """
-        try:
-            sequence_rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
-        except (ValueError, TypeError):
-            self._reject_together()
-            raise
-        sequence = self.compute(sequence_rewards, group_ids, cluster_ids, valid=counted, prompt_keys=prompt_keys)
-        if source_rows is not None:
-            sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
-        advantages = sequence.unsqueeze(-1) * response_mask
-        return advantages, advantages
+
+        def sequence(rewards: torch.Tensor, counted: np.ndarray) -> torch.Tensor:
+            return self.compute(rewards, group_ids, cluster_ids, valid=counted, prompt_keys=prompt_keys)
+
+        return token_level(sequence, token_level_rewards, response_mask, valid, source_rows, self._reject_together)
 
     def success_estimates(
         self, keys: Sequence[str] | np.ndarray, cluster_ids: np.ndarray | None = None

@@ -37,7 +37,7 @@ from bv_blend.core.options import (
     require,
     reward_range,
 )
-from bv_blend.core.rows import RANGE_TOLERANCE, GroupIds, Rows, read_rows, read_token_rows, to_tensor
+from bv_blend.core.rows import RANGE_TOLERANCE, GroupIds, Rows, read_rows, to_tensor, token_level
 
 MODES = ("window", "kalman")
 ANCHORS = ("prior", "with_current")
@@ -149,15 +149,17 @@ class HADWEstimator:
         response_mask: torch.Tensor,
         group_ids: GroupIds,
         valid: torch.Tensor | np.ndarray | None = None,
+        source_rows: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask.
 
         The sequence reward is the sum of token rewards and the advantage is broadcast over the response tokens,
         as in verl's GRPO; rows with an all-zero mask are padding.
         """
-        rewards, nonempty = read_token_rows(token_level_rewards, response_mask, valid)
-        advantages = self.compute(rewards, group_ids, nonempty).unsqueeze(-1) * response_mask
-        return advantages, advantages
+        return token_level(
+            lambda rewards, counted: self.compute(rewards, group_ids, counted),
+            token_level_rewards, response_mask, valid, source_rows,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------- math
     def _weight_and_update(self, rows: Rows, groups: GroupStats) -> np.ndarray:

@@ -28,7 +28,7 @@ from bv_blend.core.options import (
     require,
     reward_range,
 )
-from bv_blend.core.rows import GroupIds, Rows, read_rows, read_token_rows, to_tensor
+from bv_blend.core.rows import GroupIds, Rows, read_rows, to_tensor, token_level
 
 NUMERATORS = ("rloo", "centered")
 SECTION = "algorithm.maxnorm"
@@ -138,12 +138,14 @@ class MaxNormAC:
         response_mask: torch.Tensor,
         group_ids: GroupIds,
         valid: torch.Tensor | np.ndarray | None = None,
+        source_rows: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask,
         the sequence advantage broadcast over the response tokens as in verl's ``rloo``."""
-        rewards, nonempty = read_token_rows(token_level_rewards, response_mask, valid)
-        advantages = self.compute(rewards, group_ids, nonempty).unsqueeze(-1) * response_mask
-        return advantages, advantages
+        return token_level(
+            lambda rewards, counted: self.compute(rewards, group_ids, counted),
+            token_level_rewards, response_mask, valid, source_rows,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------- math
     def _advantages(self, rows: Rows, groups: GroupStats) -> np.ndarray:

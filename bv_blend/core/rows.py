@@ -12,7 +12,7 @@ The interface is torch and the arithmetic float64 numpy on the host, where verl 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -181,6 +181,36 @@ def read_token_rows(
     return token_level_rewards.sum(dim=-1), counted
 
 
+def token_level(
+    sequence_advantages: Callable[[torch.Tensor, np.ndarray], torch.Tensor],
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    valid: Mask | None = None,
+    source_rows: np.ndarray | None = None,
+    on_reject: Callable[[], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's estimator face, the same for every estimator: (B, T) rewards and mask in, ``(advantages, returns)``
+    shaped like the mask (equal, as for verl's GRPO).
+
+    ``sequence_advantages(rewards, counted)`` is the estimator's sequence face: the (B,) sums of the token rewards
+    and the rows that count (:func:`read_token_rows`) in, (B,) advantages out. Each row then takes the advantage of
+    its source row (``source_rows``: a multi-output session's final output, where given), broadcast over its response
+    tokens. ``on_reject`` runs when the inputs are rejected, before the error propagates (an estimator that syncs
+    across ranks tells the other ranks).
+    """
+    try:
+        rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
+    except (ValueError, TypeError):
+        if on_reject is not None:
+            on_reject()
+        raise
+    sequence = sequence_advantages(rewards, counted)
+    if source_rows is not None:
+        sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
+    advantages = sequence.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
 def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     """(B,) bool: rows with at least one response token.
 
@@ -296,4 +326,5 @@ __all__ = [
     "read_rows",
     "read_token_rows",
     "to_tensor",
+    "token_level",
 ]

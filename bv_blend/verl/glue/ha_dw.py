@@ -18,7 +18,6 @@ import torch
 
 from bv_blend.companions import HADWConfig, HADWEstimator
 from bv_blend.verl import channel, runtime
-from bv_blend.verl.multi_output import outcome_advantages
 from bv_blend.verl.options import GlueOptions, config_get, section_options, unknown_keys
 from bv_blend.verl.overrides import override_value
 
@@ -97,9 +96,12 @@ def compute_ha_dw_advantage(
     if index is None:
         raise ValueError("ha_dw groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
     estimator = runtime.estimator_for(NAME, config)
-    advantages = outcome_advantages(estimator.compute, token_level_rewards, response_mask, index)
+    step = channel.current_step() or channel.StepChannel()
+    advantages, returns = estimator.compute_token_level(
+        token_level_rewards, response_mask, index, source_rows=step.sources_for(response_mask.shape[0])
+    )
     channel.report_metrics(estimator.metrics)
-    return advantages, advantages
+    return advantages, returns
 
 
 __all__ = ["HADWOptions", "compute_ha_dw_advantage"]

@@ -17,7 +17,6 @@ import torch
 
 from bv_blend.companions import MaxNormAC, MaxNormConfig
 from bv_blend.verl import channel, runtime
-from bv_blend.verl.multi_output import outcome_advantages
 from bv_blend.verl.options import GlueOptions, config_get, section_options
 
 logger = logging.getLogger(__name__)
@@ -77,9 +76,12 @@ def compute_maxnorm_ac_advantage(
     if index is None:
         raise ValueError("maxnorm_ac groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
     estimator = runtime.estimator_for(NAME, config)
-    advantages = outcome_advantages(estimator.compute, token_level_rewards, response_mask, index)
+    step = channel.current_step() or channel.StepChannel()
+    advantages, returns = estimator.compute_token_level(
+        token_level_rewards, response_mask, index, source_rows=step.sources_for(response_mask.shape[0])
+    )
     channel.report_metrics(estimator.metrics)
-    return advantages, advantages
+    return advantages, returns
 
 
 __all__ = ["MaxNormOptions", "compute_maxnorm_ac_advantage"]
