@@ -211,6 +211,29 @@ def token_level(
     return advantages, advantages
 
 
+class GroupedTokenFace:
+    """``compute_token_level`` for an estimator whose sequence face is ``compute(rewards, group_ids, valid)`` (an
+    estimator that needs nothing per row but the groups)."""
+
+    def compute(self, rewards: torch.Tensor, group_ids: GroupIds, valid: Mask | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def compute_token_level(
+        self,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        group_ids: GroupIds,
+        valid: Mask | None = None,
+        source_rows: np.ndarray | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """verl's estimator face (:func:`token_level`): (B, T) rewards and mask in, ``(advantages, returns)`` shaped
+        like the mask, the sequence advantage broadcast over the response tokens; all-zero mask rows are padding."""
+        return token_level(
+            lambda rewards, counted: self.compute(rewards, group_ids, counted),
+            token_level_rewards, response_mask, valid, source_rows,
+        )  # fmt: skip
+
+
 def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
     """(B,) bool: rows with at least one response token.
 
@@ -315,6 +338,7 @@ __all__ = [
     "RANGE_TOLERANCE",
     "TOO_LARGE",
     "GroupIds",
+    "GroupedTokenFace",
     "Rows",
     "bool_mask",
     "check_lengths",

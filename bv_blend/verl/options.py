@@ -73,6 +73,23 @@ class GlueOptions:
         the batch's per-row ``columns`` (:meth:`fields_needed`, ``None`` for a field no row has)."""
         return {}
 
+    def advantages(
+        self, built: Any, token_level_rewards: Any, response_mask: Any, index: Any, step: Any
+    ) -> tuple[Any, Any]:
+        """One call's ``(advantages, returns)``: the built estimator's token-level face with this step's channel
+        (``bv_blend.verl.channel.StepChannel``). By default it groups rows by uid and reads only the multi-output
+        sources."""
+        if index is None:
+            raise ValueError(
+                f"{self.NAME} groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'."
+            )
+        sources = step.sources_for(response_mask.shape[0])
+        return built.compute_token_level(token_level_rewards, response_mask, index, source_rows=sources)
+
+    def metrics(self, built: Any) -> Mapping[str, float]:
+        """The metrics of the built estimator's last call."""
+        return built.metrics
+
     def save(self, built: Any) -> dict[str, Any]:
         """What its checkpoint file holds besides the file's format and versions."""
         return {"estimator": built.state_dict()}

@@ -13,10 +13,11 @@ that could not be installed (raised at trainer start rather than lost in a log).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from bv_blend.verl.channel import close_all, current_step
+from bv_blend.verl.channel import StepChannel, close_all, current_step, report_metrics
 from bv_blend.verl.records import BY_NAME
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,38 @@ def reset(name: str | None = None) -> None:
     close_all()
 
 
+ADVANTAGE_ARGS = """
+
+    Args:
+        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
+        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
+        index: (bs,) prompt uids (the groups; uids starting with "pad" are padding). What the estimator needs per uid
+            (cluster ids, prompt keys) comes from the step's channel that the trainer hooks open.
+        config: verl's ``config.algorithm``; the options are read from the estimator's section.
+
+    Returns:
+        advantages and returns, both (bs, response_length) (equal, as for GRPO).
+    """
+
+
+def advantage_function(name: str, module: str, summary: str) -> Callable[..., tuple[Any, Any]]:
+    """The function verl calls for estimator ``name`` (shaped like its neighbours in ``core_algos.py``), named
+    ``compute_<name>_advantage`` in ``module``: the process's estimator computes the call through its options
+    (``GlueOptions.advantages``) with this step's channel, and reports its metrics into the channel."""
+
+    def compute(token_level_rewards: Any, response_mask: Any, index: Any = None, config: Any = None,
+                **kwargs: Any) -> tuple[Any, Any]:  # fmt: skip
+        process = process_for(name, config)
+        step = current_step() or StepChannel()
+        result = process.options.advantages(process.estimator, token_level_rewards, response_mask, index, step)
+        report_metrics(process.options.metrics(process.estimator))
+        return result
+
+    compute.__name__ = compute.__qualname__ = f"compute_{name}_advantage"
+    compute.__module__, compute.__doc__ = module, summary + ADVANTAGE_ARGS
+    return compute
+
+
 def report_hook_error(message: str) -> None:
     """A hook could not be installed: log it loudly; the trainer-start check raises it if one of ours is used."""
     RUN.hook_errors.append(message)
@@ -119,4 +152,14 @@ def raise_hook_errors() -> None:
         )
 
 
-__all__ = ["RUN", "Process", "Run", "estimator_for", "held", "process_for", "raise_hook_errors", "reset"]
+__all__ = [
+    "RUN",
+    "Process",
+    "Run",
+    "advantage_function",
+    "estimator_for",
+    "held",
+    "process_for",
+    "raise_hook_errors",
+    "reset",
+]

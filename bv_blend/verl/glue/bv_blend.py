@@ -124,6 +124,22 @@ class BVBlendOptions(HistoryOptions):
             )
         return codebook.num_clusters, codebook
 
+    def advantages(
+        self, built: BVBlendProcess, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+        step: channel.StepChannel,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Each row's cluster and prompt key, from the channel by uid, where the history level reads them."""
+        inputs = self.inputs()
+        clusters = cluster_ids_for_rows(index, response_mask, step.cluster_map) if CLUSTER_IDS in inputs else None
+        keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME) if PROMPT_KEYS in inputs else None
+        sources = step.sources_for(response_mask.shape[0])
+        return built.estimator.compute_token_level(
+            token_level_rewards, response_mask, index, clusters, source_rows=sources, prompt_keys=keys
+        )
+
+    def metrics(self, built: BVBlendProcess) -> Mapping[str, float]:
+        return built.estimator.metrics
+
     def prepare(self, built: BVBlendProcess, config: Any) -> None:
         """At trainer start: start the history from the prior file, pooling its prompts by their clusters in the
         training files (history_spec 4); the file's prompts that no training row has are counted and reported."""
@@ -209,39 +225,9 @@ class BVBlendProcess:
         return self.assigner().assign_rows(rows)
 
 
-def compute_bv_blend_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BV-Blend outcome advantages: the prompt's GRPO baseline blended with its cluster's EMA history.
-
-    Args:
-        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
-        index: (bs,) prompt uids; each uid's cluster comes from the step's channel that the trainer hooks open.
-        config: verl's ``config.algorithm``; options are read from its ``bv_blend`` sub-node.
-
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for GRPO).
-    """
-    process = runtime.process_for(NAME, config)
-    estimator, inputs = process.estimator.estimator, process.options.inputs()
-    step = channel.current_step() or channel.StepChannel()
-    clusters = cluster_ids_for_rows(index, response_mask, step.cluster_map) if CLUSTER_IDS in inputs else None
-    keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME) if PROMPT_KEYS in inputs else None
-    advantages, returns = estimator.compute_token_level(
-        token_level_rewards,
-        response_mask,
-        index,
-        clusters,
-        source_rows=step.sources_for(response_mask.shape[0]),
-        prompt_keys=keys,
-    )
-    channel.report_metrics(estimator.metrics)
-    return advantages, returns
+compute_bv_blend_advantage = runtime.advantage_function(
+    NAME, __name__, "BV-Blend outcome advantages: the prompt's GRPO baseline blended with its cluster's EMA history."
+)
 
 
 __all__ = ["BVBlendOptions", "BVBlendProcess", "compute_bv_blend_advantage"]

@@ -12,11 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
-
 from bv_blend.companions import MaxNormAC, MaxNormConfig
-from bv_blend.verl import channel, runtime
+from bv_blend.verl import runtime
 from bv_blend.verl.options import GlueOptions, config_get, section_options
 
 logger = logging.getLogger(__name__)
@@ -54,34 +51,10 @@ class MaxNormOptions(GlueOptions):
             )
 
 
-def compute_maxnorm_ac_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """MaxNorm-AC outcome advantages: u / max(max |u|, tau) per group, u the (RLOO or centred) numerator of the
-    binned rewards; groups with one row or all rows in one reward bin get 0.
-
-    Args:
-        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0.
-        index: (bs,) prompt uids (the groups); uids starting with "pad" are padding.
-        config: verl's ``config.algorithm``; options are read from its ``maxnorm`` sub-node.
-
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for RLOO), in [-1, 1].
-    """
-    if index is None:
-        raise ValueError("maxnorm_ac groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
-    estimator = runtime.estimator_for(NAME, config)
-    step = channel.current_step() or channel.StepChannel()
-    advantages, returns = estimator.compute_token_level(
-        token_level_rewards, response_mask, index, source_rows=step.sources_for(response_mask.shape[0])
-    )
-    channel.report_metrics(estimator.metrics)
-    return advantages, returns
+compute_maxnorm_ac_advantage = runtime.advantage_function(
+    NAME, __name__, "MaxNorm-AC outcome advantages: u / max(max |u|, tau) per group, u the (RLOO or centred) "
+    "numerator of the binned rewards; groups with one row or all rows in one reward bin get 0; in [-1, 1].",
+)
 
 
 __all__ = ["MaxNormOptions", "compute_maxnorm_ac_advantage"]

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from bv_blend.core.options import check_optional_text
@@ -54,6 +53,16 @@ class SPOOptions(HistoryOptions):
         priors = load_priors(self.offline_values, f"{SECTION}.offline_values") if self.offline_values else None
         return SPOEstimator(self.config, priors)
 
+    def advantages(
+        self, built: SPOEstimator, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+        step: channel.StepChannel,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Each row's prompt key, from the channel by uid."""
+        keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME)
+        return built.compute_token_level(
+            token_level_rewards, response_mask, index, keys, source_rows=step.sources_for(len(keys))
+        )
+
     def prepare(self, built: SPOEstimator, config: Any) -> None:
         """At trainer start: report the offline values' prompts that no training row has (not an error)."""
         if built.offline_values:
@@ -81,32 +90,10 @@ def _hash(built: SPOEstimator) -> str | None:
     return priors_hash(built.offline_values) if built.offline_values else None
 
 
-def compute_spo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPO outcome advantages: r - p^ of the prompt's Beta tracker, normalised over the batch's valid rows.
-
-    Args:
-        token_level_rewards: (bs, response_length) rewards in [0, 1]; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
-        index: (bs,) prompt uids; each uid's prompt key comes from the step's channel that the trainer hooks open.
-        config: verl's ``config.algorithm``; options are read from its ``spo`` sub-node.
-
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for GRPO).
-    """
-    estimator = runtime.estimator_for(NAME, config)
-    step = channel.current_step() or channel.StepChannel()
-    keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, "spo")
-    advantages, returns = estimator.compute_token_level(
-        token_level_rewards, response_mask, index, keys, source_rows=step.sources_for(len(keys))
-    )
-    channel.report_metrics(estimator.metrics)
-    return advantages, returns
+compute_spo_advantage = runtime.advantage_function(
+    NAME, __name__, "SPO outcome advantages: r - p^ of the prompt's Beta tracker, normalised over the batch's "
+    "valid rows.",
+)
 
 
 __all__ = ["SPOOptions", "compute_spo_advantage"]
