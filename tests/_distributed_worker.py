@@ -111,3 +111,30 @@ def run_rank_with_a_bad_call(rank: int, world_size: int, init_file: str, out_dir
                 errors.append(str(error))
             states.append(estimator.state_dict())
         torch.save({"states": states, "errors": errors}, f"{out_dir}/rank{rank}.pt")
+
+
+def spo_calls(seed: int) -> list:
+    """SPO's calls: make_calls' 0/1 groups keyed by prompt (a prompt comes back in later calls), and on the last
+    call rank 1's first reward out of [0, 1] (the rejection the other rank must hear of)."""
+    return [(rewards, uids, np.array([f"p{g % 4}" for g in groups], dtype=object), groups)
+            for rewards, uids, _, groups in make_calls(seed, num_calls=4)]  # fmt: skip
+
+
+def run_spo_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int) -> None:
+    from bv_blend import SPOEstimator
+
+    with gloo_group(rank, world_size, init_file):
+        estimator, results = SPOEstimator(), []
+        calls = spo_calls(seed)
+        for call, (rewards, uids, keys, groups) in enumerate(calls):
+            rows = rows_of_rank(groups, rank, world_size)
+            local = rewards[rows].clone()
+            if call == len(calls) - 1 and rank == 1:
+                local[0] = 2.0
+            try:
+                advantages, error = estimator.compute(local, uids[rows], keys[rows]), None
+            except ValueError as exc:
+                advantages, error = None, str(exc)
+            results.append({"rows": torch.from_numpy(rows), "advantages": advantages, "error": error,
+                            "metrics": dict(estimator.metrics), "state": estimator.state_dict()})  # fmt: skip
+        torch.save(results, f"{out_dir}/rank{rank}.pt")

@@ -74,3 +74,36 @@ def test_a_rejected_input_on_one_rank_raises_on_every_rank_and_changes_no_state(
         for name in ("count", "mean", "second_moment", "seen"):
             assert torch.equal(states[1][name], states[0][name]), name
             assert torch.equal(states[2][name], reference.state_dict()[name]), name
+
+
+def by_key(spo_state: dict) -> dict[str, tuple[float, float]]:
+    tracker = spo_state["tracker"]
+    values = zip(tracker["alpha"].tolist(), tracker["beta"].tolist(), strict=True)
+    return dict(zip(tracker["keys"], values, strict=True))
+
+
+@pytest.mark.slow
+def test_spo_ranks_match_one_process_and_a_rejection_reaches_every_rank(tmp_path):
+    """SPO's declared sums (the batch normalisation's) are all-reduced and its visits gathered: every rank gets the
+    single process's advantages, metrics and tracker; a reward out of [0, 1] on one rank raises on both, and
+    changes neither tracker."""
+    from bv_blend import SPOEstimator
+    from tests._distributed_worker import run_spo_rank, spo_calls
+
+    seed = 5
+    mp.spawn(run_spo_rank, args=(2, str(tmp_path / "init"), str(tmp_path), seed), nprocs=2, join=True)
+    saved = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+    reference, calls = SPOEstimator(), spo_calls(seed)
+    for call, (rewards, uids, keys, _) in enumerate(calls[:-1]):
+        expected = reference.compute(rewards, uids, keys)
+        for rank in range(2):
+            result = saved[rank][call]
+            assert result["error"] is None
+            torch.testing.assert_close(result["advantages"], expected[result["rows"]], rtol=1e-6, atol=1e-6)
+            assert result["metrics"] == pytest.approx(reference.metrics, rel=1e-9, abs=1e-12)
+            assert by_key(result["state"]) == by_key(reference.state_dict())  # rows in rank order: compare by key
+    last = [saved[rank][-1] for rank in range(2)]
+    assert last[1]["error"].startswith("Rewards must lie in [0, 1]")
+    assert last[0]["error"].startswith("Another rank's input for this call was rejected")
+    for rank in range(2):
+        assert by_key(last[rank]["state"]) == by_key(saved[rank][-2]["state"])

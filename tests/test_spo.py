@@ -112,7 +112,8 @@ def test_save_and_restore_mid_run_gives_the_same_advantages_bit_for_bit():
 @pytest.mark.parametrize(
     ("rewards", "keys", "match"),
     [
-        ([1.5, 0.0], ["a", "b"], r"algorithm.spo.reward_range=\[0, 1\]"),
+        ([1.5, 0.0], ["a", "b"], r"Rewards must lie in \[0, 1\] \(SPO's tracker is a Beta posterior.*"
+                                 r"reward.custom_reward_function.path"),
         ([-0.2, 0.0], ["a", "b"], r"rows \[0\]"),
         ([float("nan"), 0.0], ["a", "b"], "must be finite"),
         ([1.0, 0.0], ["a", None], "have no prompt key"),
@@ -162,3 +163,11 @@ def test_config_is_validated_by_name():
         SPOConfig(rho=0.0)
     with pytest.raises(ValueError, match=r"Unknown option\(s\) algorithm.spo.\{rhoo\}"):
         SPOConfig.from_mapping({"rhoo": 0.9})
+
+
+def test_the_reward_range_error_names_only_settings_that_exist():
+    """SPO's [0, 1] is fixed (a Beta posterior): the error says why and what to change, not an option SPO lacks."""
+    with pytest.raises(ValueError) as error:
+        call(SPOEstimator(), [2.0, 0.0], ["a", "b"])
+    assert "algorithm.spo.reward_range" not in str(error.value) and "Beta posterior" in str(error.value)
+    assert "reward_range" not in SPOConfig().to_dict()

@@ -37,7 +37,7 @@ from bv_blend.blend.moments import NO_CLUSTER, ClusterMoments, PromptMoments, cl
 from bv_blend.blend.sums import DEGENERATE, CallSums
 from bv_blend.core.groups import GroupStats, group_stats
 from bv_blend.core.options import check_state_config, check_state_count, check_state_format
-from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, read_token_rows, to_tensor
+from bv_blend.core.rows import TOO_LARGE, GroupIds, Rows, host_array, per_group, read_rows, to_tensor, token_level
 from bv_blend.core.sync import all_gather, should_sync
 from bv_blend.history.keys import group_prompt_keys
 from bv_blend.history.table import group_visits
@@ -178,16 +178,30 @@ class BVBlendEstimator:
                 rows that are their own source count in the statistics (verl's multi-output agent sessions, where
                 only each session's final output counts).
         """
-        try:
-            sequence_rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
-        except (ValueError, TypeError):
-            self._reject_together()
-            raise
-        sequence = self.compute(sequence_rewards, group_ids, cluster_ids, valid=counted, prompt_keys=prompt_keys)
-        if source_rows is not None:
-            sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
-        advantages = sequence.unsqueeze(-1) * response_mask
-        return advantages, advantages
+
+        def sequence(rewards: torch.Tensor, counted: np.ndarray) -> torch.Tensor:
+            return self.compute(rewards, group_ids, cluster_ids, valid=counted, prompt_keys=prompt_keys)
+
+        return token_level(sequence, token_level_rewards, response_mask, valid, source_rows, self._reject_together)
+
+    def success_estimates(
+        self, keys: Sequence[str] | np.ndarray, cluster_ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) per prompt key, for the prompt sampler (history_spec 5): the prompt's mean m1_p (at the prompt
+        levels), else its cluster's m1_k (at the cluster levels, where ``cluster_ids`` are given); 0.5 and
+        ``known=False`` for a prompt that neither history has seen."""
+        p_hat = np.full(len(keys), np.nan)
+        if self.config.uses_prompts:
+            _, mean, _, seen = self.prompts.lookup(keys)
+            p_hat = np.where(seen, mean, p_hat)
+        if self.config.uses_clusters and cluster_ids is not None:
+            clusters = np.asarray(cluster_ids, dtype=np.int64)
+            in_range = (clusters >= 0) & (clusters < self.num_clusters)
+            safe = np.where(in_range, clusters, 0)
+            seen = in_range & self.moments.seen[safe]
+            p_hat = np.where(np.isnan(p_hat) & seen, self.moments.mean[safe], p_hat)
+        known = ~np.isnan(p_hat)
+        return np.where(known, p_hat, 0.5), known
 
     def warm_start(
         self, prompt_scores: Mapping[str, Sequence[float]], prompt_clusters: Mapping[str, int] | None = None

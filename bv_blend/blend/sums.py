@@ -1,27 +1,24 @@
 """Everything one call adds up, reduced across ranks in one buffer, and the metrics it gives (spec 5.5 and 7).
 
-Like a torchmetrics ``Metric`` state, each field declares how ranks combine it: by sum (the default), or by max.
-A new metric is one new field here and one line in :meth:`CallSums.metrics`; packing for the all-reduce
-follows the fields, so nothing else has to be kept in step.
+Each field declares how ranks combine it, by sum (the default) or by max (``core.sync.Reduced``). A new metric is one
+new field here and one line in :meth:`CallSums.metrics`; packing for the all-reduce follows the fields, so nothing
+else has to be kept in step.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
-from bv_blend.core.sync import all_reduce
+from bv_blend.core.sync import Reduced
 
 # A group's scale, or a row's |A|, at or below this is "degenerate" in the metrics of spec section 7.
 DEGENERATE = 1e-6
 
 
 @dataclass
-class CallSums:
+class CallSums(Reduced):
     """One call's sums over its groups and valid rows.
 
     Attributes:
@@ -59,29 +56,8 @@ class CallSums:
     @classmethod
     def zeros(cls, num_clusters: int, failed: bool = False) -> CallSums:
         """The sums of a call without rows (an empty batch, or a rank whose input was rejected)."""
-        summed = dict.fromkeys(cls._scalars("sum"), 0.0)
-        return cls(cluster_stats=np.zeros((3, num_clusters)), **{**summed, "failed": float(failed)})
-
-    @classmethod
-    def _scalars(cls, reduce: str) -> list[str]:
-        return [
-            f.name for f in dataclasses.fields(cls)
-            if f.name != "cluster_stats" and f.metadata.get("reduce", "sum") == reduce
-        ]  # fmt: skip
-
-    def all_reduce(self) -> CallSums:
-        """The global batch's sums: one SUM of (stats, summed fields), one MAX of the max fields."""
-        summed, maxed = self._scalars("sum"), self._scalars("max")
-        stats = self.cluster_stats
-        packed = np.concatenate((stats.ravel(), [float(getattr(self, name)) for name in summed]))
-        packed = all_reduce(torch.from_numpy(packed)).numpy()
-        peaks = torch.tensor([float(getattr(self, name)) for name in maxed], dtype=torch.float64)
-        peaks = all_reduce(peaks, op=dist.ReduceOp.MAX).tolist()
-        return CallSums(
-            cluster_stats=packed[: stats.size].reshape(stats.shape),
-            **dict(zip(summed, packed[stats.size :].tolist(), strict=True)),
-            **dict(zip(maxed, peaks, strict=True)),
-        )
+        scalars = dict.fromkeys((name for name in cls.reduced_by("sum") if name != "cluster_stats"), 0.0)
+        return cls(cluster_stats=np.zeros((3, num_clusters)), **{**scalars, "failed": float(failed)})
 
     def metrics(self, clusters_seen: int, prompts_tracked: int | None = None) -> dict[str, float]:
         """The ``bv_blend/*`` metrics of spec section 7 (and history_spec 3 with ``prompts_tracked``), as floats."""

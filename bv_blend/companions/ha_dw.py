@@ -37,7 +37,7 @@ from bv_blend.core.options import (
     require,
     reward_range,
 )
-from bv_blend.core.rows import RANGE_TOLERANCE, GroupIds, Rows, read_rows, read_token_rows, to_tensor
+from bv_blend.core.rows import RANGE_TOLERANCE, GroupedTokenFace, GroupIds, Rows, read_rows, to_tensor
 
 MODES = ("window", "kalman")
 ANCHORS = ("prior", "with_current")
@@ -98,7 +98,7 @@ class HADWConfig(OptionsMixin):
         return self.window if self.mode == "window" else self.belief_window
 
 
-class HADWEstimator:
+class HADWEstimator(GroupedTokenFace):
     """GRPO (or Dr.GRPO) advantages reweighted by prompt difficulty against a history-aware anchor.
 
     Args:
@@ -142,22 +142,6 @@ class HADWEstimator:
         rows = read_rows(rewards, group_ids, valid, self.config.reward_range, SECTION)
         advantage = self._weight_and_update(rows, group_stats(rows))
         return to_tensor(advantage, rewards)
-
-    def compute_token_level(
-        self,
-        token_level_rewards: torch.Tensor,
-        response_mask: torch.Tensor,
-        group_ids: GroupIds,
-        valid: torch.Tensor | np.ndarray | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask.
-
-        The sequence reward is the sum of token rewards and the advantage is broadcast over the response tokens,
-        as in verl's GRPO; rows with an all-zero mask are padding.
-        """
-        rewards, nonempty = read_token_rows(token_level_rewards, response_mask, valid)
-        advantages = self.compute(rewards, group_ids, nonempty).unsqueeze(-1) * response_mask
-        return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
     def _weight_and_update(self, rows: Rows, groups: GroupStats) -> np.ndarray:

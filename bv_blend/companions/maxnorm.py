@@ -28,7 +28,7 @@ from bv_blend.core.options import (
     require,
     reward_range,
 )
-from bv_blend.core.rows import GroupIds, Rows, read_rows, read_token_rows, to_tensor
+from bv_blend.core.rows import GroupedTokenFace, GroupIds, Rows, read_rows, to_tensor
 
 NUMERATORS = ("rloo", "centered")
 SECTION = "algorithm.maxnorm"
@@ -97,7 +97,7 @@ def bin_rewards(rewards: np.ndarray, delta: float, reward_range: tuple[float, fl
     return np.minimum(lo + delta * index, hi), index
 
 
-class MaxNormAC:
+class MaxNormAC(GroupedTokenFace):
     """Group-relative advantages divided by their own largest magnitude (floored at tau): |A| <= 1.
 
     Args:
@@ -131,19 +131,6 @@ class MaxNormAC:
         """
         rows = read_rows(rewards, group_ids, valid, self.config.reward_range, SECTION)
         return to_tensor(self._advantages(rows, group_stats(rows)), rewards)
-
-    def compute_token_level(
-        self,
-        token_level_rewards: torch.Tensor,
-        response_mask: torch.Tensor,
-        group_ids: GroupIds,
-        valid: torch.Tensor | np.ndarray | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask,
-        the sequence advantage broadcast over the response tokens as in verl's ``rloo``."""
-        rewards, nonempty = read_token_rows(token_level_rewards, response_mask, valid)
-        advantages = self.compute(rewards, group_ids, nonempty).unsqueeze(-1) * response_mask
-        return advantages, advantages
 
     # ------------------------------------------------------------------------------------------------- math
     def _advantages(self, rows: Rows, groups: GroupStats) -> np.ndarray:

@@ -117,6 +117,12 @@ def check_bool(section: str, name: str, value: Any) -> None:
     require(isinstance(value, bool), section, name, value, "must be true or false")
 
 
+def check_optional_text(section: str, name: str, value: Any) -> None:
+    """``None``, or a non-empty string (a path, a field name)."""
+    ok = value is None or (isinstance(value, str) and bool(value))
+    require(ok, section, name, value, "must be a non-empty string or null")
+
+
 def reward_range(section: str, value: Any) -> tuple[float, float]:
     """``[lo, hi]`` as a tuple of floats with lo < hi, both finite; an OmegaConf ListConfig works too."""
     try:
@@ -133,6 +139,7 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_int",
+    "check_optional_text",
     "check_number",
     "check_state_config",
     "check_state_count",

@@ -12,7 +12,7 @@ The interface is torch and the arithmetic float64 numpy on the host, where verl 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -113,6 +113,7 @@ def read_rows(
     valid: Mask | None = None,
     reward_range: tuple[float, float] | None = None,
     section: str = "",
+    fixed_range: str | None = None,
     **per_row: np.ndarray,
 ) -> Rows:
     """Check one call's sequence-level inputs and turn them into host arrays.
@@ -121,7 +122,8 @@ def read_rows(
         rewards: (B,) float rewards.
         group_ids: (B,) prompt-group ids: uid strings (a numpy object array, as verl passes them) or ints.
         valid: optional (B,) bool; False marks padding rows, as does a uid starting with "pad".
-        reward_range: the declared [lo, hi] of the rewards, if the estimator has one (``section`` names the option).
+        reward_range: the declared [lo, hi] of the rewards, if the estimator has one: the option
+            ``{section}.reward_range``, or, where ``fixed_range`` says why the range is fixed, no option.
         per_row: the estimator's other per-row inputs (``cluster_ids=...``), checked for their length here.
 
     Raises:
@@ -140,7 +142,7 @@ def read_rows(
     reward[~mask] = 0.0
     _check_reward_size(reward)
     if reward_range is not None:
-        _check_reward_range(reward, mask, reward_range, section)
+        _check_reward_range(reward, mask, reward_range, section, fixed_range)
     return Rows(reward, mask, codes, num_groups)
 
 
@@ -177,6 +179,59 @@ def read_token_rows(
             raise ValueError(f"source_rows must be {rows} row indices in 0..{rows - 1}, one per row.")
         counted = counted & (source_rows == np.arange(rows))
     return token_level_rewards.sum(dim=-1), counted
+
+
+def token_level(
+    sequence_advantages: Callable[[torch.Tensor, np.ndarray], torch.Tensor],
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    valid: Mask | None = None,
+    source_rows: np.ndarray | None = None,
+    on_reject: Callable[[], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's estimator face, the same for every estimator: (B, T) rewards and mask in, ``(advantages, returns)``
+    shaped like the mask (equal, as for verl's GRPO).
+
+    ``sequence_advantages(rewards, counted)`` is the estimator's sequence face: the (B,) sums of the token rewards
+    and the rows that count (:func:`read_token_rows`) in, (B,) advantages out. Each row then takes the advantage of
+    its source row (``source_rows``: a multi-output session's final output, where given), broadcast over its response
+    tokens. ``on_reject`` runs when the inputs are rejected, before the error propagates (an estimator that syncs
+    across ranks tells the other ranks).
+    """
+    try:
+        rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
+    except (ValueError, TypeError):
+        if on_reject is not None:
+            on_reject()
+        raise
+    sequence = sequence_advantages(rewards, counted)
+    if source_rows is not None:
+        sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
+    advantages = sequence.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+class GroupedTokenFace:
+    """``compute_token_level`` for an estimator whose sequence face is ``compute(rewards, group_ids, valid)`` (an
+    estimator that needs nothing per row but the groups)."""
+
+    def compute(self, rewards: torch.Tensor, group_ids: GroupIds, valid: Mask | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def compute_token_level(
+        self,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        group_ids: GroupIds,
+        valid: Mask | None = None,
+        source_rows: np.ndarray | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """verl's estimator face (:func:`token_level`): (B, T) rewards and mask in, ``(advantages, returns)`` shaped
+        like the mask, the sequence advantage broadcast over the response tokens; all-zero mask rows are padding."""
+        return token_level(
+            lambda rewards, counted: self.compute(rewards, group_ids, counted),
+            token_level_rewards, response_mask, valid, source_rows,
+        )  # fmt: skip
 
 
 def nonempty_rows(response_mask: torch.Tensor) -> np.ndarray:
@@ -258,16 +313,24 @@ def _check_reward_size(reward: np.ndarray) -> None:
         raise ValueError(TOO_LARGE)
 
 
-def _check_reward_range(reward: np.ndarray, valid: np.ndarray, reward_range: tuple[float, float], section: str) -> None:
+def _check_reward_range(
+    reward: np.ndarray, valid: np.ndarray, reward_range: tuple[float, float], section: str, fixed: str | None
+) -> None:
     lo, hi = reward_range
     slack = RANGE_TOLERANCE * (hi - lo)
     outside = np.flatnonzero(valid & ((reward < lo - slack) | (reward > hi + slack)))
-    if outside.size:
+    if not outside.size:
+        return
+    held = f"rows {outside[:5].tolist()} hold {reward[outside[:5]].tolist()}"
+    if fixed is not None:  # a range no option moves: the reward itself must change
         raise ValueError(
-            f"Rewards must lie in {section}.reward_range=[{lo:g}, {hi:g}]; rows {outside[:5].tolist()} hold "
-            f"{reward[outside[:5]].tolist()}. Set {section}.reward_range to the range your reward function "
-            "produces, or fix the reward."
+            f"Rewards must lie in [{lo:g}, {hi:g}] ({fixed}); {held}. Make the reward function "
+            f"(reward.custom_reward_function.path) return rewards in [{lo:g}, {hi:g}], or fix the reward."
         )
+    raise ValueError(
+        f"Rewards must lie in {section}.reward_range=[{lo:g}, {hi:g}]; {held}. Set {section}.reward_range to the "
+        "range your reward function produces, or fix the reward."
+    )
 
 
 __all__ = [
@@ -275,6 +338,7 @@ __all__ = [
     "RANGE_TOLERANCE",
     "TOO_LARGE",
     "GroupIds",
+    "GroupedTokenFace",
     "Rows",
     "bool_mask",
     "check_lengths",
@@ -286,4 +350,5 @@ __all__ = [
     "read_rows",
     "read_token_rows",
     "to_tensor",
+    "token_level",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -36,14 +36,15 @@ from bv_blend.core.options import (
     check_state_format,
     require,
 )
-from bv_blend.core.rows import GroupIds, read_rows, read_token_rows, to_tensor
-from bv_blend.core.sync import all_gather, all_reduce, should_sync
+from bv_blend.core.rows import GroupIds, Rows, read_rows, to_tensor, token_level
+from bv_blend.core.sync import Reduced, all_gather, should_sync
 from bv_blend.history.keys import group_prompt_keys
 from bv_blend.history.table import PromptTable, group_visits
 
 SECTION = "algorithm.spo"
 STATE_FORMAT_VERSION = 1
 REWARD_RANGE = (0.0, 1.0)
+FIXED_RANGE = "SPO's tracker is a Beta posterior of the success rate"  # history_spec 2: no option widens it
 PRIOR = 0.5  # alpha = beta = 0.5 for a prompt without offline values (the recipe's)
 
 
@@ -79,6 +80,47 @@ class SPOConfig(OptionsMixin):
     def offline_weight(self) -> float:
         """N_init, the effective number of visits that offline values are worth."""
         return 1.0 / (1.0 - self.rho_min)
+
+
+@dataclass
+class BatchSums(Reduced):
+    """(3) What the batch normalisation and the metrics add up over the call's valid rows, summed across ranks."""
+
+    centred: float  # sum of a = r - p^
+    rows: float  # valid rows
+    p_hat: float  # sum of p^ (the metrics)
+    n_eff: float  # sum of alpha + beta (the metrics)
+    failed: float = 0.0  # 1 on a rank whose input was rejected, so that every rank learns of it in the same call
+
+    @classmethod
+    def zeros(cls, failed: bool = False) -> BatchSums:
+        return cls(0.0, 0.0, 0.0, 0.0, float(failed))
+
+
+@dataclass
+class Spread(Reduced):
+    """(3) The sum of squared deviations from the batch mean, summed across ranks."""
+
+    squares: float
+
+
+class Visits(NamedTuple):
+    """(1) One call's visits, one per prompt key, and what each row reads from the tracker before the call."""
+
+    keys: list[str]  # the distinct prompt keys of the call's valid rows
+    rewards: np.ndarray  # (V,) R_p, the sum of each prompt's rewards
+    counts: np.ndarray  # (V,) n_p, its valid rows
+    p_hat: np.ndarray  # (B,) each valid row's p^ = alpha / (alpha + beta), 0 on invalid rows
+    n_eff: np.ndarray  # (B,) each valid row's alpha + beta, 0 on invalid rows
+
+
+class Advantages(NamedTuple):
+    """(2, 3) The call's advantages and the batch statistics they were normalised with."""
+
+    value: np.ndarray  # (B,) A_i, 0 on invalid rows
+    sums: BatchSums
+    mean: float  # of a over the valid rows
+    std: float  # of a over the valid rows (unbiased; 0 below two rows)
 
 
 def offline_prior(scores: Sequence[float], weight: float) -> tuple[float, float]:
@@ -133,64 +175,16 @@ class SPOEstimator:
         sync = should_sync(self.config.sync_across_ranks)
         try:
             keys = np.asarray(prompt_keys, dtype=object)
-            rows = read_rows(rewards, group_ids, valid, REWARD_RANGE, SECTION, prompt_keys=keys)
+            rows = read_rows(rewards, group_ids, valid, REWARD_RANGE, SECTION, FIXED_RANGE, prompt_keys=keys)
             group_key = group_prompt_keys(rows, keys, "SPO")
         except (ValueError, TypeError):
             if sync:
-                all_reduce(torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64))  # the others raise too
+                BatchSums.zeros(failed=True).all_reduce()  # the other ranks raise too instead of waiting
             raise
-        groups = group_stats(rows)
-        present = groups.count > 0
-        visit_keys, (visit_rewards, visit_rows), visit_of_present = group_visits(
-            group_key[present], (groups.total[present], groups.count[present])
-        )
-
-        # (1, 2) Each row's prompt success estimate from the tracker before this call, and a = r - p^.
-        alpha, beta, rows_before = self._beta(visit_keys)
-        visit_of_group = np.zeros(rows.num_groups, dtype=np.int64)  # groups without a valid row: masked below
-        visit_of_group[present] = visit_of_present
-        visit_of_row = visit_of_group[rows.codes]
-        p_hat_row = np.where(rows.valid, (alpha / (alpha + beta))[visit_of_row] if visit_keys else 0.0, 0.0)
-        n_eff_row = np.where(rows.valid, (alpha + beta)[visit_of_row] if visit_keys else 0.0, 0.0)
-        centred = np.where(rows.valid, rows.reward - p_hat_row, 0.0)
-
-        # (3) Batch normalisation over the call's valid rows (all ranks' rows when syncing). Exactly rounded sums
-        # (fsum): the order of the rows and the padding rows cannot change the last bit.
-        sums = np.array([math.fsum(centred), rows.valid.sum(), math.fsum(p_hat_row), math.fsum(n_eff_row), 0.0])
-        if sync:
-            sums = all_reduce(torch.from_numpy(sums)).numpy()
-            if sums[4]:
-                raise ValueError("Another rank's input for this call was rejected (its own error says why); no rank "
-                                 "changed its SPO tracker. Fix that input and call again on every rank.")  # fmt: skip
-        total, count = sums[0], sums[1]
-        mean = total / max(count, 1.0)
-        squares = np.array([math.fsum(np.where(rows.valid, (centred - mean) ** 2, 0.0))])
-        if sync:
-            squares = all_reduce(torch.from_numpy(squares)).numpy()
-        std = math.sqrt(squares[0] / (count - 1.0)) if count >= 2 else 0.0
-        normalised = np.where(rows.valid, (centred - mean) / (std + self.config.epsilon), 0.0)
-        advantage = normalised if count >= 2 else centred  # one valid row: A = a
-
-        # (4) One visit per prompt key: alpha <- rho alpha + R, beta <- rho beta + (n - R); gathered across ranks.
-        if sync:
-            visit_keys, visit_rewards, visit_rows = self._gathered(visit_keys, visit_rewards, visit_rows)
-            alpha, beta, rows_before = self._beta(visit_keys)
-        rho = self.config.rho
-        new_values = np.stack((rho * alpha + visit_rewards, rho * beta + (visit_rows - visit_rewards)))
-        first_visits = float(np.count_nonzero(rows_before < 0))
-        if visit_keys:
-            self.tracker.commit(visit_keys, new_values, rows_before)
-            self.num_updates += 1
-        metrics = {
-            "spo/p_hat_mean": sums[2] / max(count, 1.0),
-            "spo/n_eff_mean": sums[3] / max(count, 1.0),
-            "spo/first_visit_ratio": first_visits / max(len(visit_keys), 1),
-            "spo/adv_before_norm_mean": mean,
-            "spo/adv_std": std,
-            "spo/prompts_tracked": len(self.tracker),
-        }
-        self.metrics = {name: float(value) for name, value in metrics.items()}
-        return to_tensor(advantage, rewards)
+        visits = self._visits(rows, group_key)
+        advantages = self._advantages(rows, visits, sync)
+        self._commit(visits, advantages, sync)
+        return to_tensor(advantages.value, rewards)
 
     def compute_token_level(
         self,
@@ -203,17 +197,78 @@ class SPOEstimator:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """verl's estimator face: (B, T) rewards and mask in, ``(advantages, returns)`` shaped like the mask (the
         sequence advantage broadcast over the response tokens); ``source_rows`` as for BV-Blend."""
-        sequence_rewards, counted = read_token_rows(token_level_rewards, response_mask, valid, source_rows)
-        sequence = self.compute(sequence_rewards, group_ids, prompt_keys, valid=counted)
-        if source_rows is not None:
-            sequence = sequence[torch.as_tensor(source_rows, device=sequence.device)]
-        advantages = sequence.unsqueeze(-1) * response_mask
-        return advantages, advantages
+        return token_level(
+            lambda rewards, counted: self.compute(rewards, group_ids, prompt_keys, valid=counted),
+            token_level_rewards, response_mask, valid, source_rows,
+        )  # fmt: skip
 
-    def success_estimates(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(p^, known) per key: alpha / (alpha + beta), and whether the tracker (not the prior) gave it."""
+    def success_estimates(
+        self, keys: Sequence[str] | np.ndarray, cluster_ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) per key, for the prompt sampler: alpha / (alpha + beta) (the tracker's, else the offline prior's,
+        else 0.5), and whether the tracker gave it. SPO keeps no cluster history: ``cluster_ids`` are not read."""
         alpha, beta, rows = self._beta(list(keys))
         return alpha / (alpha + beta), rows >= 0
+
+    # ------------------------------------------------------------------------------------------------- math
+    def _visits(self, rows: Rows, group_key: np.ndarray) -> Visits:
+        """(1) The call's visits, one per prompt key, and each valid row's p^ and alpha + beta from the tracker
+        before the call."""
+        groups = group_stats(rows)
+        present = groups.count > 0
+        keys, (rewards, counts), visit_of_present = group_visits(
+            group_key[present], (groups.total[present], groups.count[present])
+        )
+        alpha, beta, _ = self._beta(keys)
+        visit_of_group = np.zeros(rows.num_groups, dtype=np.int64)  # groups without a valid row: masked below
+        visit_of_group[present] = visit_of_present
+        visit_of_row = visit_of_group[rows.codes]
+        p_hat = np.where(rows.valid, (alpha / (alpha + beta))[visit_of_row] if keys else 0.0, 0.0)
+        n_eff = np.where(rows.valid, (alpha + beta)[visit_of_row] if keys else 0.0, 0.0)
+        return Visits(keys, rewards, counts, p_hat, n_eff)
+
+    def _advantages(self, rows: Rows, visits: Visits, sync: bool) -> Advantages:
+        """(2, 3) a = r - p^, normalised over the call's valid rows (all ranks' rows when syncing); one row: A = a.
+
+        Exactly rounded sums (fsum): the order of the rows and the padding rows cannot change the last bit.
+        """
+        centred = np.where(rows.valid, rows.reward - visits.p_hat, 0.0)
+        sums = BatchSums(math.fsum(centred), float(rows.valid.sum()), math.fsum(visits.p_hat), math.fsum(visits.n_eff))
+        if sync:
+            sums = sums.all_reduce()
+            if sums.failed:
+                raise ValueError("Another rank's input for this call was rejected (its own error says why); no rank "
+                                 "changed its SPO tracker. Fix that input and call again on every rank.")  # fmt: skip
+        mean = sums.centred / max(sums.rows, 1.0)
+        spread = Spread(math.fsum(np.where(rows.valid, (centred - mean) ** 2, 0.0)))
+        spread = spread.all_reduce() if sync else spread
+        std = math.sqrt(spread.squares / (sums.rows - 1.0)) if sums.rows >= 2 else 0.0
+        normalised = np.where(rows.valid, (centred - mean) / (std + self.config.epsilon), 0.0)
+        return Advantages(normalised if sums.rows >= 2 else centred, sums, mean, std)
+
+    def _commit(self, visits: Visits, advantages: Advantages, sync: bool) -> None:
+        """(4) One visit per prompt key (every rank's, when syncing): alpha <- rho alpha + R and
+        beta <- rho beta + (n - R); then the call's metrics."""
+        keys, rewards, counts = visits.keys, visits.rewards, visits.counts
+        if sync:
+            keys, rewards, counts = self._gathered(keys, rewards, counts)
+        alpha, beta, rows_before = self._beta(keys)
+        rho = self.config.rho
+        new_values = np.stack((rho * alpha + rewards, rho * beta + (counts - rewards)))
+        first_visits = float(np.count_nonzero(rows_before < 0))
+        if keys:
+            self.tracker.commit(keys, new_values, rows_before)
+            self.num_updates += 1
+        sums, count = advantages.sums, max(advantages.sums.rows, 1.0)
+        metrics = {
+            "spo/p_hat_mean": sums.p_hat / count,
+            "spo/n_eff_mean": sums.n_eff / count,
+            "spo/first_visit_ratio": first_visits / max(len(keys), 1),
+            "spo/adv_before_norm_mean": advantages.mean,
+            "spo/adv_std": advantages.std,
+            "spo/prompts_tracked": len(self.tracker),
+        }
+        self.metrics = {name: float(value) for name, value in metrics.items()}
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _beta(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -2,7 +2,8 @@
 
 verl calls a registered estimator with tensors, the uids (``index``) and ``config.algorithm`` only. The hooks around
 verl's own advantage step open a channel for the duration of that step: in, what verl's call does not carry; out,
-the estimator's metrics, which the hook then moves into verl's step metrics.
+the metrics of the step (the estimator's, and those of the batch the prompt sampler drew), which the hook then
+moves into verl's step metrics.
 
     with advantage_step(process=..., cluster_map={uid: cluster}, prompt_keys={uid: key}) as step:
         verl_computes_the_advantages(...)        # -> compute_bv_blend_advantage reads current_step()
@@ -32,7 +33,7 @@ class StepChannel:
         prompt_keys: prompt uid -> the prompt's stable key (history_spec 1).
         output_sources: for each row, the row of its session's final output (multi-output agent sessions,
             ``bv_blend.verl.multi_output``); ``None`` when every session has one output.
-        metrics: out: the metrics of the estimator's call in this step.
+        metrics: out: the metrics of this step: the estimator's call, and the prompt sampler's batch.
     """
 
     process: Any = None
@@ -67,10 +68,11 @@ def current_step() -> StepChannel | None:
 
 
 def report_metrics(metrics: Mapping[str, float]) -> None:
-    """The estimator's metrics of this step, for the hook to move into verl's (dropped outside a step)."""
+    """Metrics of this step (the estimator's, the prompt sampler's), for the hook to move into verl's; dropped outside
+    a step. A later report of the same name replaces the earlier."""
     step = current_step()
     if step is not None:
-        step.metrics = dict(metrics)
+        step.metrics.update(metrics)
 
 
 def close_all() -> None:

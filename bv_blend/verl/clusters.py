@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,9 +17,6 @@ import torch
 from bv_blend.blend.moments import NO_CLUSTER
 from bv_blend.codebook import CLUSTER_KEY
 from bv_blend.core.rows import is_padding_uid, per_row_from_uids
-
-if TYPE_CHECKING:
-    from bv_blend.verl.glue.bv_blend import BVBlendProcess
 
 ANNOTATE_HINT = (
     "Annotate the training data offline: `bv-blend codebook train.parquet --num-clusters K "
@@ -35,25 +32,26 @@ class MissingClusterError(ValueError):
 
 
 def build_cluster_map(
-    process: BVBlendProcess,
-    uids: Sequence[Any],
-    extra_infos: Sequence[Any] | None,
-    row_for_text: Callable[[int], Mapping[str, Any]] | None = None,
+    columns: Mapping[str, Sequence[Any] | None],
+    key: str,
+    num_clusters: int,
+    assign: Callable[[list[dict[str, Any]]], Sequence[int]] | None = None,
 ) -> dict[str, int]:
     """uid -> cluster id for the non-padding rows of a batch.
 
     Args:
-        process: supplies K, the ``extra_info`` key and what to do about prompts without an id.
-        uids: one per row.
-        extra_infos: one ``extra_info`` dict per row, or ``None`` when the batch has none at all.
-        row_for_text: row index -> dataset row (``prompt``, ``extra_info``, ...) used to encode prompts that have no
-            id when ``on_missing_cluster=assign``.
+        columns: the batch's per-row fields: ``uid``, ``extra_info`` (``None`` when the batch has none at all) and,
+            for ``assign``, the prompt's text (``prompt`` or ``raw_prompt``).
+        key: the ``extra_info`` key that holds each prompt's id.
+        num_clusters: K; an id must be in 0..K-1.
+        assign: dataset-like rows -> their cluster ids, for the prompts without an id (``on_missing_cluster=assign``);
+            ``None``: such a prompt is an error (``on_missing_cluster=error``).
 
     Raises:
-        MissingClusterError: prompts without an id in ``error`` mode (the message says how to annotate).
+        MissingClusterError: prompts without an id and no ``assign`` (the message says how to annotate).
         ValueError: an id that is not an integer in 0..K-1, or two rows of one uid with different ids.
     """
-    key, k = process.options.cluster_key, process.num_clusters
+    uids, extra_infos = columns["uid"], columns.get("extra_info")
     clusters: dict[str, int] = {}
     missing: dict[str, int] = {}  # uid -> first row, for the error message or the encoder
     padding = is_padding_uid(uids).tolist()
@@ -66,7 +64,7 @@ def build_cluster_map(
         if value is None:
             missing.setdefault(uid, row)
             continue
-        cluster = _as_cluster_id(value, uid, key, k)
+        cluster = _as_cluster_id(value, uid, key, num_clusters)
         if clusters.setdefault(uid, cluster) != cluster:
             raise ValueError(
                 f"Rows of prompt uid {uid} carry different cluster ids ({clusters[uid]} and {cluster}) in "
@@ -74,7 +72,7 @@ def build_cluster_map(
             )
     missing = {uid: row for uid, row in missing.items() if uid not in clusters}
     if missing:
-        clusters.update(_assign_missing(process, missing, row_for_text))
+        clusters.update(_assign_missing(columns, key, missing, assign))
     return clusters
 
 
@@ -116,15 +114,24 @@ def _as_cluster_id(value: Any, uid: str, key: str, k: int) -> int:
 
 
 def _assign_missing(
-    process: BVBlendProcess, missing: dict[str, int], row_for_text: Callable[[int], Mapping[str, Any]] | None
+    columns: Mapping[str, Sequence[Any] | None],
+    key: str,
+    missing: dict[str, int],
+    assign: Callable[[list[dict[str, Any]]], Sequence[int]] | None,
 ) -> dict[str, int]:
-    key = process.options.cluster_key
-    if process.options.on_missing_cluster == "error" or row_for_text is None:
+    if assign is None:
         example = next(iter(missing))
         raise MissingClusterError(
             f"{len(missing)} prompt(s) in this batch have no cluster id in extra_info['{key}'] (e.g. uid {example}), "
-            f"and algorithm.bv_blend.on_missing_cluster={process.options.on_missing_cluster}. " + ANNOTATE_HINT
+            "and algorithm.bv_blend.on_missing_cluster=error. " + ANNOTATE_HINT
         )
-    rows = [row_for_text(row) for row in missing.values()]
-    assigned = process.assigner().assign_rows(rows)
+    assigned = assign([_dataset_row(columns, row) for row in missing.values()])
     return {uid: int(cluster) for uid, cluster in zip(missing, assigned, strict=True)}
+
+
+def _dataset_row(columns: Mapping[str, Sequence[Any] | None], row: int) -> dict[str, Any]:
+    """Row ``row`` as a dataset-like dict for the encoder; ``raw_prompt`` stands in for a missing ``prompt``."""
+    out = {name: values[row] for name, values in columns.items() if values is not None}
+    if out.get("prompt") is None and out.get("raw_prompt") is not None:
+        out["prompt"] = out["raw_prompt"]
+    return out

@@ -1,14 +1,10 @@
 """What a run's verl config stacks, checked once at trainer start (companions spec section 4).
 
 :func:`check_run` is called by the trainer hooks before any worker or vLLM server starts. It validates the options of
-the selected estimator (and builds it), then reads from the config which of the family's parts the run would stack
-and refuses the unsound stacks with the reason that the estimator's record gives (:func:`check_composition`):
-
-- ``algorithm.filter_groups.enable`` with ``bv_blend``: the zero-gap skip deletes the groups BV-Blend exists for;
-- ``algorithm.ha_dw.*`` set with ``maxnorm_ac`` or ``bv_blend``: HA-DW's weight stacked on them;
-- ``algorithm.maxnorm.*`` set with ``bv_blend`` or an estimator without an RRP stage;
-- ``algorithm.use_kl_in_reward`` with ``maxnorm_ac``;
-- ``algorithm.bv_blend.bounded_scale_tau`` with any estimator but ``bv_blend``.
+the selected estimator (and builds and prepares it), then reads from the config which of the family's parts the run
+would stack and refuses the unsound stacks (:func:`check_composition`). Everything estimator-specific comes from the
+records (``bv_blend/verl/records.py``): which parts each estimator hosts and refuses, with the reason and the fix, and
+which parts each estimator's options request when they are set on another estimator's run.
 
 Options of one of our estimators that the selected estimator would silently ignore are an error too. NTF composes
 with every estimator; only the legacy trainer's rollout-correction bypass mode, which swaps the loss for its own, is
@@ -17,7 +13,6 @@ refused.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -31,10 +26,11 @@ from bv_blend.verl.records import (
     RECORDS,
     REWARD_BINNING,
     SKIP_ZERO_GAP,
+    EstimatorRecord,
+    Request,
     record_for,
 )
 
-logger = logging.getLogger(__name__)
 _MISSING = object()
 
 
@@ -43,7 +39,7 @@ class Composition:
     """What a run stacks, as the verl options would request it.
 
     Attributes:
-        estimator: the registered advantage estimator (``bv_blend``, ``ha_dw``, ``maxnorm_ac``, verl's own ...).
+        estimator: the registered advantage estimator (one of the records', or verl's own).
         reward_binning: RRP binning of the rewards before the estimator.
         skip_zero_gap: RRP zero-gap skip of the estimator's groups.
         difficulty_weighting: HA-DW's Phi applied to the estimator's advantages.
@@ -112,7 +108,6 @@ def check_run(config: Any, legacy: bool = False) -> None:
     _check_unused(algorithm, requested)
     if ntf:
         _check_ntf(config, legacy)
-    _warn_kl_of_skipped_groups(config, record.name if record is not None else None)
 
 
 def requested_options(algorithm: Any, section: str, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -125,41 +120,47 @@ def requested_options(algorithm: Any, section: str, defaults: dict[str, Any]) ->
 
 
 def composition_of(algorithm: Any, requested: dict[str, dict[str, Any]]) -> tuple[Composition, list[str]]:
-    """The family's parts that the config stacks on its estimator, and which keys request each."""
+    """The family's parts that the config stacks on its estimator, and which keys request each.
+
+    Every part but verl's own two (DAPO's filter, the KL in the reward) is requested by another estimator's options,
+    as its record declares (``EstimatorRecord.requests``).
+    """
     estimator = str(config_get(algorithm, "adv_estimator"))
-    why: list[str] = []
-    filter_groups = bool(config_get(config_get(algorithm, "filter_groups"), "enable"))
-    # DAPO's filter drops the zero-variance groups: for an estimator that refuses the zero-gap skip, it is that skip.
     record = record_for(estimator)
-    zero_gap_filter = filter_groups and record is not None and SKIP_ZERO_GAP in record.refuses
-    if zero_gap_filter:
+    refuses = record.refuses if record is not None else {}
+    why: list[str] = []
+    parts = dict.fromkeys((REWARD_BINNING, SKIP_ZERO_GAP, DIFFICULTY_WEIGHTING, BOUNDED_SCALE, KL_IN_REWARD), False)
+    # DAPO's filter drops the zero-variance groups: for an estimator that refuses the zero-gap skip, it is that skip.
+    if bool(config_get(config_get(algorithm, "filter_groups"), "enable")) and SKIP_ZERO_GAP in refuses:
+        parts[SKIP_ZERO_GAP] = True
         why.append(
             "algorithm.filter_groups.enable=true evicts every zero-variance group, which is the zero-gap skip "
             "(set it false)"
         )
-    difficulty = estimator != "ha_dw" and bool(requested["ha_dw"])
-    if difficulty:
-        why.append(f"algorithm.ha_dw.{{{', '.join(requested['ha_dw'])}}} asks for HA-DW's weight (run "
-                   "adv_estimator=ha_dw instead)")
-    rrp = estimator != "maxnorm_ac" and bool(requested["maxnorm_ac"])
-    rrp_skip = rrp and bool(section_options(algorithm, "maxnorm").get("skip_zero_gap", True))
-    if rrp:
-        why.append(f"algorithm.maxnorm.{{{', '.join(requested['maxnorm_ac'])}}} asks for the RRP (run "
-                   "adv_estimator=maxnorm_ac instead)")
-    bounded = section_options(algorithm, "bv_blend").get("bounded_scale_tau") is not None
-    if bounded and estimator != "bv_blend":
-        why.append("algorithm.bv_blend.bounded_scale_tau is set, but it bounds only bv_blend's scale (set it null)")
-    kl_in_reward = bool(config_get(algorithm, "use_kl_in_reward"))
-    if kl_in_reward and estimator == "maxnorm_ac":
+    for other in RECORDS:
+        if other.name == estimator:
+            continue
+        for request in other.requests:
+            options = _requesting(algorithm, other, request, requested[other.name])
+            if options:
+                parts[request.part] = True
+                if request.why:
+                    why.append(request.why.format(options=options))
+    parts[KL_IN_REWARD] = bool(config_get(algorithm, "use_kl_in_reward"))
+    if parts[KL_IN_REWARD] and KL_IN_REWARD in refuses:
         why.append("algorithm.use_kl_in_reward=true puts -beta KL into the rewards (set it false)")
-    parts = {
-        REWARD_BINNING: rrp,
-        SKIP_ZERO_GAP: zero_gap_filter or rrp_skip,
-        DIFFICULTY_WEIGHTING: difficulty,
-        BOUNDED_SCALE: bounded,
-        KL_IN_REWARD: kl_in_reward,
-    }
     return Composition(estimator=estimator, **parts), why
+
+
+def _requesting(algorithm: Any, record: EstimatorRecord, request: Request, requested: dict[str, Any]) -> str:
+    """The options of ``record``'s section that make ``request`` (``"algorithm.x.{a, b}"``), or ``""``."""
+    if request.key is None:
+        return f"{record.option_section}.{{{', '.join(requested)}}}" if requested else ""
+    if request.with_section and not requested:
+        return ""
+    default = record.options_class().defaults().get(request.key)
+    value = section_options(algorithm, record.section).get(request.key, default)
+    return f"{record.option_section}.{request.key}" if value is not None and value is not False else ""
 
 
 def _check_stack(algorithm: Any, requested: dict[str, dict[str, Any]]) -> None:
@@ -194,19 +195,6 @@ def _check_ntf(config: Any, legacy: bool) -> None:
             "algorithm.rollout_correction.bypass_mode=true in the legacy trainer (trainer.use_v1=false): verl's "
             "bypass mode replaces the policy loss with its own (loss_mode=bypass_mode), so no token would be "
             "filtered. Use the V1 trainer (trainer.use_v1=true), or turn bypass_mode off."
-        )
-
-
-def _warn_kl_of_skipped_groups(config: Any, estimator: str | None) -> None:
-    if estimator != "maxnorm_ac":
-        return
-    actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
-    skip = section_options(config_get(config, "algorithm"), "maxnorm").get("skip_zero_gap", True)
-    if skip and bool(config_get(actor, "use_kl_loss")):
-        logger.warning(
-            "maxnorm_ac: zero-gap groups get advantage 0, but actor.use_kl_loss=true still applies the KL update "
-            "to them (the RRP skips both). Run with actor.use_kl_loss=false for the paper's skip; "
-            "docs/companions.md lists the alternatives."
         )
 
 

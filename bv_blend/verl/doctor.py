@@ -2,9 +2,8 @@
 simply: bv_blend"?
 
 Checks, each in a fresh interpreter so that nothing imported here hides a problem: the entry point is installed;
-a plain ``import verl`` registers our estimators (``bv_blend``, ``ha_dw``, ``maxnorm_ac``) and policy loss
-(``ntf``), and verl instantiates NTF's policy-loss config; the trainer hooks install on this verl. Exit code 0 when
-all pass.
+a plain ``import verl`` registers every estimator and policy loss of ``records.py``, and verl instantiates NTF's
+policy-loss config; the trainer hooks install on this verl. Exit code 0 when all pass.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 
+from bv_blend.verl.records import POLICY_LOSSES, RECORDS
 from bv_blend.verl.versions import installed_version
 
 PROBE_REGISTRY = (
@@ -41,7 +41,7 @@ PROBE_HOOKS = (
     "targets += [(legacy.RayPPOTrainer, n) for n in ('__init__', '_save_checkpoint', '_load_checkpoint')]\n"
     "targets += [(legacy, 'compute_advantage'), (legacy, 'compute_data_metrics')]\n"
     "missing = [getattr(o, '__name__', o) + '.' + n for o, n in targets if not is_wrapped(o, n)]\n"
-    "assert not missing and not runtime.HOOK_ERRORS, (missing, runtime.HOOK_ERRORS)\n"
+    "assert not missing and not runtime.RUN.hook_errors, (missing, runtime.RUN.hook_errors)\n"
     "print(f'{len(targets)} hooks installed')\n"
 )
 
@@ -67,7 +67,8 @@ def iter_checks(env: dict[str, str] | None = None) -> Iterator[tuple[str, bool, 
     policy = env.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     modules = env.get("VERL_USE_EXTERNAL_MODULES", "")
     yield "VERL_USE_EXTERNAL_PLUGINS / _MODULES", True, f"{policy!r} / {modules!r}"
-    yield "`import verl` registers bv_blend, ha_dw, maxnorm_ac, ntf", *_probe(PROBE_REGISTRY, env)
+    ours_by_name = ", ".join([*(record.name for record in RECORDS), *POLICY_LOSSES])
+    yield f"`import verl` registers {ours_by_name}", *_probe(PROBE_REGISTRY, env)
     loud = dict(env, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bv_blend.verl.plugin")
     yield "loud route VERL_USE_EXTERNAL_MODULES", *_probe(PROBE_REGISTRY, loud)
     yield "trainer hooks (V1 and legacy)", *_probe(PROBE_HOOKS, env)

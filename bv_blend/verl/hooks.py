@@ -1,18 +1,19 @@
 """Trainer hooks, installed when verl imports its trainer modules (see ``plugin.py``).
 
-Every hook is a pass-through unless one of our estimators is selected (``algorithm.adv_estimator`` in
-``bv_blend``, ``ha_dw``, ``maxnorm_ac``) or our loss (``policy_loss.loss_mode=ntf``), so other runs execute verl's
-code unchanged.
+Every hook is a pass-through unless the run selects one of our estimators (any record of ``records.RECORDS``, by
+``algorithm.adv_estimator``) or our loss (``policy_loss.loss_mode=ntf``), so other runs execute verl's code
+unchanged. Nothing here knows one estimator from another: what a step needs comes from its options
+(``GlueOptions.fields_needed`` / ``step_inputs``).
 
 V1 (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``, the default ``trainer.use_v1=true``; covers the sync,
 colocate_async and separate_async modes, none of which overrides these methods):
   ``__init__``            validate the options, build the estimator and refuse unsound stacks
                           (``compositions.check_run``) before any worker or vLLM server starts;
   ``_compute_advantage``  open the step's channel around verl's own method (the process's estimator, parsed
-                          once; multi-output sessions; the inputs the estimator's options ask for, such as
-                          uid -> cluster, read from TransferQueue), then add the estimator's metrics from the
-                          channel to the step's ``metrics``;
-  ``_save_checkpoint``    write ``global_step_N/<estimator>_state.pt`` (before verl's save, see ``state.py``);
+                          once; multi-output sessions; the inputs the estimator's options build from the fields
+                          they ask for, read from TransferQueue), then add the channel's metrics (the estimator's,
+                          and the prompt sampler's) to the step's ``metrics``;
+  ``_save_checkpoint``    write ``global_step_N/<record.state_file>`` (before verl's save, see ``state.py``);
   ``_load_checkpoint``    restore it after verl's load.
 
 Legacy (``verl.trainer.ppo.ray_trainer``, ``trainer.use_v1=false``): the same three ``RayPPOTrainer`` methods,
@@ -30,14 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 from bv_blend.verl import runtime
-from bv_blend.verl.channel import advantage_step, current_step
+from bv_blend.verl.channel import advantage_step, current_step, report_metrics
 from bv_blend.verl.multi_output import final_output_rows
 from bv_blend.verl.options import selected_record
 from bv_blend.verl.patching import wrap
-from bv_blend.verl.records import CLUSTER_IDS, PROMPT_KEYS, record_for
+from bv_blend.verl.records import record_for
 
-# What on-the-fly assignment and prompt keys read besides extra_info: the dataset's prompt (or the chat messages).
-TEXT_FIELDS = ("prompt", "raw_prompt")
 # Where the legacy trainer's batch carries the estimator's metrics from compute_advantage to compute_data_metrics.
 METRICS_KEY = "bv_blend_metrics"
 
@@ -87,42 +86,10 @@ def _install_trainer_hooks(trainer_cls: type, legacy: bool) -> None:
     wrap(trainer_cls, "_load_checkpoint", ("self",), _loading)
 
 
-def _fields_needed(process: runtime.Process) -> tuple[str, ...]:
-    """The per-row fields the step's inputs are read from (none for an estimator that needs no input)."""
-    inputs = process.options.inputs()
-    if not inputs:
-        return ()
-    assign = getattr(process.options, "on_missing_cluster", None) == "assign"
-    text = assign or PROMPT_KEYS in inputs
-    return ("uid", "extra_info", *(TEXT_FIELDS if text else ()))
-
-
 def _step_inputs(process: runtime.Process, columns: dict[str, Any]) -> dict[str, Any]:
-    """The channel's inputs for one step, read from the batch's per-row ``columns`` (``uid``, ``extra_info``, ...)."""
-    inputs: dict[str, Any] = {"process": process}
-    if CLUSTER_IDS in process.options.inputs():
-        from bv_blend.verl.clusters import build_cluster_map
-
-        inputs["cluster_map"] = build_cluster_map(
-            process.estimator, columns["uid"], columns.get("extra_info"), _row_reader(columns)
-        )
-    if PROMPT_KEYS in process.options.inputs():
-        from bv_blend.verl.prompt_keys import build_prompt_keys
-
-        inputs["prompt_keys"] = build_prompt_keys(columns, process.options.prompt_key_field)
-    return inputs
-
-
-def _row_reader(columns: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
-    """Row ``i`` as a dataset-like dict for the encoder; ``raw_prompt`` stands in for a missing ``prompt``."""
-
-    def row(i: int) -> dict[str, Any]:
-        out = {name: values[i] for name, values in columns.items() if values is not None}
-        if out.get("prompt") is None and out.get("raw_prompt") is not None:
-            out["prompt"] = out["raw_prompt"]
-        return out
-
-    return row
+    """The channel's inputs for one step: the process estimator, and what its options build from the batch's
+    per-row ``columns`` (``GlueOptions.step_inputs``)."""
+    return {"process": process, **process.options.step_inputs(process.estimator, columns)}
 
 
 # -------------------------------------------------------------------------------------------------- V1
@@ -147,11 +114,12 @@ def _v1_compute_advantage(original: Callable) -> Callable:
         if record is None:
             return original(self, batch, metrics)
         process = runtime.process_for(record.name, self.config.algorithm)  # the step's options, parsed once
-        columns = _v1_fetch(batch, _fields_needed(process))
+        columns = _v1_fetch(batch, process.options.fields_needed())
         sources = final_output_rows(list(batch.keys))
         with advantage_step(**_step_inputs(process, columns), output_sources=sources) as step:
             result = original(self, batch, metrics)
-        metrics.update(step.metrics | runtime.sampler_metrics())
+            report_metrics(runtime.sampler_metrics(process))
+        metrics.update(step.metrics)
         return result
 
     return _compute_advantage
@@ -192,13 +160,14 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
             return original(data, adv_estimator, *args, **kwargs)
         config = signature.bind(data, adv_estimator, *args, **kwargs).arguments.get("config")
         process = runtime.process_for(record.name, config)
-        fields = _fields_needed(process)
+        fields = process.options.fields_needed()
         columns = {name: data.non_tensor_batch.get(name) for name in fields}
         if fields and columns["uid"] is None:
             return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
         with advantage_step(**_step_inputs(process, columns)) as step:
             result = original(data, adv_estimator, *args, **kwargs)
-        result.meta_info[METRICS_KEY] = step.metrics | runtime.sampler_metrics()
+            report_metrics(runtime.sampler_metrics(process))
+        result.meta_info[METRICS_KEY] = step.metrics
         return result
 
     return compute_advantage

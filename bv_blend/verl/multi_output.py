@@ -5,22 +5,17 @@ copies the session's final reward to every output. verl's GRPO (``compute_advant
 verl/trainer/ppo/v1/utils.py) computes advantages on the final output of each session only and broadcasts the
 result to the session's other outputs, so that a session counts once whatever its number of turns. Our estimators
 do the same: the V1 hook publishes :func:`final_output_rows` as the batch's ``output_sources``
-(``bv_blend.verl.channel``). BV-Blend's ``source_rows`` and, for the companion estimators,
-:func:`outcome_advantages` leave non-final outputs out of the group statistics and the history, then give them
-their final output's advantage.
+(``bv_blend.verl.channel``), and every estimator's token-level face (``core.rows.token_level``, its
+``source_rows``) leaves non-final outputs out of the group statistics and the history, then gives them their final
+output's advantage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
-
-from bv_blend.core.rows import read_token_rows
-from bv_blend.verl.channel import current_step
 
 
 def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
@@ -38,24 +33,3 @@ def final_output_rows(keys: Sequence[str]) -> np.ndarray | None:
     final_row = output_index.groupby(session, sort=False).idxmax()
     return session.map(final_row).to_numpy(dtype=np.int64, copy=True)
 
-
-def outcome_advantages(
-    compute: Callable[[torch.Tensor, Any, np.ndarray], torch.Tensor],
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any,
-) -> torch.Tensor:
-    """(B, T) advantages of an outcome estimator whose sequence face is ``compute(rewards, uids, valid)``.
-
-    The sequence reward is the sum of the token rewards and the advantage is broadcast over the response mask, as in
-    verl's GRPO. When the V1 hook published multi-output sessions (``output_sources`` in the step's channel), only
-    each session's final output counts in the group statistics (and in any history), and every output of the
-    session takes the final output's advantage, as verl's GRPO does in the V1 trainer.
-    """
-    step = current_step()
-    sources = step.sources_for(response_mask.shape[0]) if step is not None else None
-    rewards, counted = read_token_rows(token_level_rewards, response_mask, source_rows=sources)
-    sequence = compute(rewards, index, counted)
-    if sources is not None:
-        sequence = sequence[torch.as_tensor(sources, device=sequence.device)]
-    return sequence.unsqueeze(-1) * response_mask

@@ -1,13 +1,14 @@
 """verl entry point of bv_blend: makes our estimators and loss work in every verl process.
 
-``algorithm.adv_estimator=bv_blend`` / ``ha_dw`` / ``maxnorm_ac`` and ``actor_rollout_ref.actor.policy_loss.
-loss_mode=ntf``. verl imports this module from ``verl/__init__.py`` (entry-point group ``verl.plugins``, or
-``VERL_USE_EXTERNAL_MODULES=bv_blend.verl.plugin``), in every process: driver, trainer, FSDP workers, vLLM servers.
-So it imports nothing heavy and nothing of verl (verl is half-initialised at that point). It only registers
-post-import hooks; the work happens when, and only if, the process imports the verl module concerned:
+``algorithm.adv_estimator=<name>`` for every record of ``bv_blend/verl/records.py``, and
+``actor_rollout_ref.actor.policy_loss.loss_mode=<name>`` for its ``POLICY_LOSSES``. verl imports this module from
+``verl/__init__.py`` (entry-point group ``verl.plugins``, or ``VERL_USE_EXTERNAL_MODULES=bv_blend.verl.plugin``), in
+every process: driver, trainer, FSDP workers, vLLM servers. So it imports nothing heavy and nothing of verl (verl is
+half-initialised at that point). It only registers post-import hooks; the work happens when, and only if, the
+process imports the verl module concerned:
 
-- ``verl.trainer.ppo.core_algos``: register our estimators in verl's advantage-estimator registry and ``ntf`` in
-  its policy-loss registry (every record of ``bv_blend/verl/records.py``, and its ``POLICY_LOSSES``);
+- ``verl.trainer.ppo.core_algos``: register the records' estimators in verl's advantage-estimator registry and
+  the policy losses in its policy-loss registry;
 - ``verl.trainer.ppo.ray_trainer``: legacy trainer hooks;
 - ``verl.trainer.ppo.v1.trainer_base``: V1 trainer hooks;
 - ``verl.trainer.ppo.utils`` (and the modules that bind its ``create_rl_sampler``): the history-driven prompt

@@ -33,6 +33,25 @@ def resolve(reference: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Request:
+    """A part that an estimator's options stack on a run of another estimator (``compositions.composition_of``).
+
+    Attributes:
+        part: the part (:data:`REWARD_BINNING` ...).
+        key: the option that turns it on (set to anything but null or false; absent, its default); ``None``: any
+            option of the section set off its default.
+        with_section: ``key`` counts only when some option of the section is set off its default too.
+        why: how the config asks for it and the fix, ``{options}`` standing for the options that ask;
+            empty for a part whose request another part's reason states already.
+    """
+
+    part: str
+    key: str | None = None
+    with_section: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class EstimatorRecord:
     """How the glue runs one estimator.
 
@@ -46,14 +65,14 @@ class EstimatorRecord:
         state_file: its history's file in every ``global_step_N/``; ``None`` for an estimator without history.
         inputs: the per-batch inputs it may need (:data:`CLUSTER_IDS`, :data:`PROMPT_KEYS`); its options say which a
             run needs (the prompt level of BV-Blend needs no cluster ids).
-        metrics_prefix: the prefix of its metrics in verl's step metrics.
         hosts: the parts it can take on top (a part that no estimator of the run hosts is refused).
+        requests: the parts its options put on a run of another estimator, when they are set there.
         refuses: part -> why it is refused on this estimator (the reason and the fix, shown at trainer start).
         options_elsewhere_refused: its options, set while another estimator runs, are an error (they would be
             ignored); false where configs declare the section for every run (BV-Blend's paper comparisons).
-        success_estimates: ``"module:function"`` giving each prompt's estimated success rate from its history
-            (``(process, keys, cluster_ids) -> p^``), for the prompt sampler; ``None`` for an estimator without a
-            per-prompt or per-cluster history, which the sampler refuses.
+        success_estimates: the method of its built object (what its options' ``build`` returns) that gives each
+            prompt's estimated success rate from its history, ``(keys, cluster_ids) -> (p^, known)``, for the prompt
+            sampler; ``None`` for an estimator without a per-prompt or per-cluster history, which the sampler refuses.
     """
 
     name: str
@@ -63,8 +82,8 @@ class EstimatorRecord:
     section: str
     state_file: str | None = None
     inputs: frozenset[str] = frozenset()
-    metrics_prefix: str = ""
     hosts: frozenset[str] = frozenset()
+    requests: tuple[Request, ...] = ()
     refuses: Mapping[str, str] = field(default_factory=dict)
     options_elsewhere_refused: bool = True
     success_estimates: str | None = None
@@ -98,8 +117,9 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         section="bv_blend",
         state_file="bv_blend_state.pt",
         inputs=frozenset({CLUSTER_IDS, PROMPT_KEYS}),
-        metrics_prefix="bv_blend/",
         hosts=frozenset({BOUNDED_SCALE, REWARD_BINNING}),
+        requests=(Request(BOUNDED_SCALE, key="bounded_scale_tau", why="{options} is set, but it bounds only bv_blend's "
+                          "scale (set it null)"),),  # fmt: skip
         refuses={
             SKIP_ZERO_GAP: "The RRP zero-gap skip cannot run with BV-Blend: it deletes exactly the groups BV-Blend "
             "exists for, the zero-variance groups (an all-wrong group of an easy cluster) that BV-Blend gives a "
@@ -111,7 +131,7 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         },
         # The paper's comparison configs (paper/grpo, ...) inherit the main run's algorithm.bv_blend section.
         options_elsewhere_refused=False,
-        success_estimates="bv_blend.verl.glue.bv_blend:success_estimates",
+        success_estimates="success_estimates",
     ),
     EstimatorRecord(
         name="spo",
@@ -121,13 +141,12 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         section="spo",
         state_file="spo_state.pt",
         inputs=frozenset({PROMPT_KEYS}),
-        metrics_prefix="spo/",
         refuses={
             SKIP_ZERO_GAP: "algorithm.filter_groups (DAPO's dynamic sampling) cannot run with spo: it drops every "
             "group whose rewards are all equal, and at SPO's one rollout per prompt that is every group. SPO's tracker "
             "gives single rollouts their signal; turn filter_groups off.",
         },
-        success_estimates="bv_blend.verl.glue.spo:success_estimates",
+        success_estimates="success_estimates",
     ),
     EstimatorRecord(
         name="ha_dw",
@@ -136,7 +155,8 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         options="bv_blend.verl.glue.ha_dw:HADWOptions",
         section="ha_dw",
         state_file="ha_dw_state.pt",
-        metrics_prefix="ha_dw/",
+        requests=(Request(DIFFICULTY_WEIGHTING, why="{options} asks for HA-DW's weight (run adv_estimator=ha_dw "
+                          "instead)"),),  # fmt: skip
     ),
     EstimatorRecord(
         name="maxnorm_ac",
@@ -144,7 +164,10 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         function="bv_blend.verl.glue.maxnorm_ac:compute_maxnorm_ac_advantage",
         options="bv_blend.verl.glue.maxnorm_ac:MaxNormOptions",
         section="maxnorm",
-        metrics_prefix="maxnorm/",
+        requests=(
+            Request(REWARD_BINNING, why="{options} asks for the RRP (run adv_estimator=maxnorm_ac instead)"),
+            Request(SKIP_ZERO_GAP, key="skip_zero_gap", with_section=True),
+        ),
         hosts=frozenset({REWARD_BINNING, SKIP_ZERO_GAP}),
         refuses={
             DIFFICULTY_WEIGHTING: "HA-DW's weight cannot be stacked on MaxNorm-AC: Phi = lambda exp(D |diff|) "
@@ -185,6 +208,7 @@ __all__ = [
     "PROMPT_KEYS",
     "RECORDS",
     "EstimatorRecord",
+    "Request",
     "record_for",
     "resolve",
 ]

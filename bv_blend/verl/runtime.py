@@ -6,16 +6,18 @@ estimators keeps its object here, built from its options on first use: it holds 
 step to step (and that the checkpoint hooks save and the prompt sampler reads). What one step needs beyond that
 travels in its channel (``bv_blend/verl/channel.py``).
 
-Errors of hooks that could not be installed are kept here too, to be raised at trainer start rather than lost in a
-log.
+It is one holder, :data:`RUN`: the estimators, the trainer's config, the history sampler, and the errors of hooks
+that could not be installed (raised at trainer start rather than lost in a log).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from bv_blend.verl.channel import close_all, current_step
+from bv_blend.verl.channel import StepChannel, close_all, current_step, report_metrics
 from bv_blend.verl.records import BY_NAME
 
 logger = logging.getLogger(__name__)
@@ -28,35 +30,39 @@ class Process(NamedTuple):
     estimator: Any  # what options.build() made
 
 
-_HELD: dict[str, Process] = {}
-HOOK_ERRORS: list[str] = []
-# The trainer of this process: its full config (set at trainer start) and its history sampler, if it draws by one.
-_RUN_CONFIG: list[Any] = []
-active_sampler: Any = None
+@dataclass
+class Run:
+    """Everything this process holds across the steps of its training run."""
+
+    processes: dict[str, Process] = field(default_factory=dict)  # record name -> its estimator, built on first use
+    config: Any = None  # the trainer's full config, set at trainer start (the prompt sampler reads its estimator's)
+    sampler: Any = None  # the history sampler that draws the training batches, if one does
+    hook_errors: list[str] = field(default_factory=list)  # hooks that could not be installed, raised at trainer start
+
+
+RUN = Run()
 
 
 def start_run(config: Any) -> None:
     """Record the full config of the trainer this process runs (the prompt sampler reads its estimator's)."""
-    _RUN_CONFIG[:] = [config]
+    RUN.config = config
 
 
 def run_config() -> Any:
-    if not _RUN_CONFIG:
+    if RUN.config is None:
         raise RuntimeError(
             "The history sampler drew a batch before a verl trainer started in this process: it reads the run's "
             "estimator, which the trainer's start-up builds (bv_blend's __init__ hook). Build the trainer first."
         )
-    return _RUN_CONFIG[0]
+    return RUN.config
 
 
-def sampler_metrics() -> dict[str, float]:
-    """The metrics of the batch the history sampler drew for this step (empty without a sampler)."""
-    sampler = active_sampler
-    if sampler is None or not _RUN_CONFIG:
+def sampler_metrics(process: Process) -> dict[str, float]:
+    """The metrics of the batch the history sampler drew for this step, after ``process`` folded the step (empty
+    without a sampler)."""
+    if RUN.sampler is None:
         return {}
-    name = str(_RUN_CONFIG[0].algorithm.adv_estimator)
-    held_process = _HELD.get(name)
-    return sampler.step_metrics(getattr(held_process.estimator, "num_updates", 0) if held_process else 0)
+    return RUN.sampler.step_metrics(getattr(process.estimator, "num_updates", 0))
 
 
 def process_for(name: str, algorithm_config: Any) -> Process:
@@ -70,13 +76,13 @@ def process_for(name: str, algorithm_config: Any) -> Process:
     if step is not None and step.process is not None and name == step.process.options.NAME:
         return step.process  # the hook parsed this step's options once already
     options = BY_NAME[name].options_class().from_algorithm(algorithm_config)
-    held = _HELD.get(name)
+    held = RUN.processes.get(name)
     if held is not None and held.options == options:
         return held
     if held is not None and getattr(held.estimator, "num_updates", 0) > 0:
         logger.warning("algorithm.%s changed within one process: its history starts afresh.", BY_NAME[name].section)
-    _HELD[name] = Process(options, options.build())
-    return _HELD[name]
+    RUN.processes[name] = Process(options, options.build())
+    return RUN.processes[name]
 
 
 def estimator_for(name: str, algorithm_config: Any) -> Any:
@@ -86,34 +92,74 @@ def estimator_for(name: str, algorithm_config: Any) -> Any:
 
 def held(name: str) -> Process | None:
     """The estimator ``name`` of this process, if one was built (the prompt sampler reads its history)."""
-    return _HELD.get(name)
+    return RUN.processes.get(name)
 
 
 def reset(name: str | None = None) -> None:
     """Forget the estimator ``name`` (every estimator, the run and its sampler when ``None``) and any open channel
     (for tests and the lab)."""
-    global active_sampler
     if name is None:
-        _HELD.clear()
-        _RUN_CONFIG.clear()
-        active_sampler = None
+        RUN.processes.clear()
+        RUN.config = RUN.sampler = None
     else:
-        _HELD.pop(name, None)
+        RUN.processes.pop(name, None)
     close_all()
+
+
+ADVANTAGE_ARGS = """
+
+    Args:
+        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
+        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
+        index: (bs,) prompt uids (the groups; uids starting with "pad" are padding). What the estimator needs per uid
+            (cluster ids, prompt keys) comes from the step's channel that the trainer hooks open.
+        config: verl's ``config.algorithm``; the options are read from the estimator's section.
+
+    Returns:
+        advantages and returns, both (bs, response_length) (equal, as for GRPO).
+    """
+
+
+def advantage_function(name: str, module: str, summary: str) -> Callable[..., tuple[Any, Any]]:
+    """The function verl calls for estimator ``name`` (shaped like its neighbours in ``core_algos.py``), named
+    ``compute_<name>_advantage`` in ``module``: the process's estimator computes the call through its options
+    (``GlueOptions.advantages``) with this step's channel, and reports its metrics into the channel."""
+
+    def compute(token_level_rewards: Any, response_mask: Any, index: Any = None, config: Any = None,
+                **kwargs: Any) -> tuple[Any, Any]:  # fmt: skip
+        process = process_for(name, config)
+        step = current_step() or StepChannel()
+        result = process.options.advantages(process.estimator, token_level_rewards, response_mask, index, step)
+        report_metrics(process.options.metrics(process.estimator))
+        return result
+
+    compute.__name__ = compute.__qualname__ = f"compute_{name}_advantage"
+    compute.__module__, compute.__doc__ = module, summary + ADVANTAGE_ARGS
+    return compute
 
 
 def report_hook_error(message: str) -> None:
     """A hook could not be installed: log it loudly; the trainer-start check raises it if one of ours is used."""
-    HOOK_ERRORS.append(message)
+    RUN.hook_errors.append(message)
     logger.error(message)
 
 
 def raise_hook_errors() -> None:
-    if HOOK_ERRORS:
+    if RUN.hook_errors:
         raise RuntimeError(
             "bv_blend could not hook into this verl version, so its estimators and losses cannot run:\n- "
-            + "\n- ".join(HOOK_ERRORS)
+            + "\n- ".join(RUN.hook_errors)
         )
 
 
-__all__ = ["HOOK_ERRORS", "Process", "estimator_for", "held", "process_for", "raise_hook_errors", "reset"]
+__all__ = [
+    "RUN",
+    "Process",
+    "Run",
+    "advantage_function",
+    "estimator_for",
+    "held",
+    "process_for",
+    "raise_hook_errors",
+    "reset",
+]

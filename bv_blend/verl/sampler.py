@@ -6,8 +6,14 @@ both trainers import by name; it has no plugin point. With ``data.history_sample
 
 Each batch is ``train_batch_size`` distinct prompts drawn from the whole training set with probability proportional to
 ``sqrt(p^ (1 - p^)) + epsilon`` (``bv_blend.history.sampler``), where p^ comes from the history of the run's estimator,
-read when the batch is drawn (its record's ``success_estimates``: SPO's tracker; BV-Blend's prompt mean, else its
-cluster's mean, else the prior file's, else 0.5). An epoch is ``len(dataset) // train_batch_size`` batches.
+read when the batch is drawn: the method of the estimator that its record names (``success_estimates``: SPO's
+tracker; BV-Blend's prompt mean, else its cluster's mean, else the prior file's, else 0.5). Each batch's metrics wait
+in the sampler until the trainer hooks move them into the channel of the step that trains on it. An epoch is
+``len(dataset) // train_batch_size`` batches.
+
+The draws are a function of ``data.seed`` and the history. With ``data.seed=null`` the sampler does what verl's own
+does: verl's unseeded ``torch.Generator`` starts from torch's fixed default seed, so every unseeded run draws the same
+order; the sampler takes that seed (:data:`UNSEEDED`) and says so in the log.
 
 State: the RNG and the batches drawn in the epoch, saved by verl's ``StatefulDataLoader`` with every checkpoint
 (``data.pt``); the history is restored by our ``_load_checkpoint`` hook before the next batch is drawn, so a resumed
@@ -31,11 +37,17 @@ from bv_blend.history import sampler as weights
 from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.options import config_get, section_options
-from bv_blend.verl.records import RECORDS, record_for, resolve
+from bv_blend.verl.records import RECORDS, record_for
 
 logger = logging.getLogger(__name__)
 
 SECTION = "data.history_sampler"
+# data.seed=null: verl's create_rl_sampler then shuffles with an unseeded torch.Generator, whose seed is this fixed
+# default (so verl's unseeded runs all draw one order); the history sampler draws from the same seed.
+UNSEEDED = torch.Generator().initial_seed()
+# Why the sampler cannot serve a dataloader that fetches single prompts (verl's data.gen_batch_size=1).
+ONE_AT_A_TIME = ("the sampler would draw each prompt on its own, so a batch could repeat a prompt and every fetch "
+                 "would queue metrics for one step")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,12 +90,41 @@ def refusals(config: Any) -> list[str]:
         reasons.append("data.shuffle=false asks for the dataset's order, which the sampler replaces: set "
                        "data.shuffle=true, or turn the sampler off")  # fmt: skip
     if bool(config_get(config_get(config_get(config, "algorithm"), "filter_groups"), "enable")):
-        reasons.append("algorithm.filter_groups (DAPO's dynamic sampling) would discard the groups the weights chose: "
-                       "turn one of them off")  # fmt: skip
+        reasons.append("algorithm.filter_groups (DAPO's dynamic sampling) would discard the groups the weights chose "
+                       f"(and it makes verl fetch one prompt at a time: {ONE_AT_A_TIME}): turn one of them "
+                       "off")  # fmt: skip
+    reasons += _fetch_refusals(config)
     if int(config_get(data, "dataloader_num_workers") or 0) > 0:
         reasons.append("dataloader workers prefetch batches, so they would be drawn ahead of the history they should "
                        "read, and drawn again otherwise after a resume: set data.dataloader_num_workers=0 (loading "
                        "a row is cheap: verl tokenizes in the agent loop)")  # fmt: skip
+    return reasons
+
+
+def _fetch_refusals(config: Any) -> list[str]:
+    """The settings under which verl's dataloader fetches other than ``train_batch_size`` prompts at a time.
+
+    The sampler draws one batch of distinct prompts per fetch. The V1 trainer forces ``data.gen_batch_size=1`` (exact
+    refill counts, ``PPOTrainer._create_dataloader`` in verl 0.9.1) in its async modes, with DAPO's filter and with
+    ``sync_refill_failed_groups``; a ``gen_batch_size`` the user sets does the same in both trainers.
+    """
+    reasons = []
+    trainer = config_get(config, "trainer")
+    v1 = config_get(trainer, "v1")
+    if config_get(trainer, "use_v1") is not False:
+        mode = config_get(v1, "trainer_mode") or "sync"
+        if mode != "sync":
+            reasons.append(f"trainer.v1.trainer_mode={mode} makes verl fetch one prompt at a time ({ONE_AT_A_TIME}): "
+                           "use trainer.v1.trainer_mode=sync, or turn the sampler off")  # fmt: skip
+        if bool(config_get(config_get(v1, "sampler"), "sync_refill_failed_groups")):
+            reasons.append(f"trainer.v1.sampler.sync_refill_failed_groups=true makes verl fetch one prompt at a time "
+                           f"({ONE_AT_A_TIME}): set it false, or turn the sampler off")  # fmt: skip
+    data = config_get(config, "data")
+    gen_batch_size, train_batch_size = config_get(data, "gen_batch_size"), config_get(data, "train_batch_size")
+    if gen_batch_size is not None and gen_batch_size != train_batch_size:
+        reasons.append(f"data.gen_batch_size={gen_batch_size} makes verl fetch {gen_batch_size} prompts at a time, "
+                       f"not data.train_batch_size={train_batch_size} (so a step's batch is several draws, which "
+                       "can repeat a prompt): set data.gen_batch_size=null")  # fmt: skip
     return reasons
 
 
@@ -135,9 +176,7 @@ class HistorySampler(torch.utils.data.Sampler[int]):
         config = self._config() if callable(self._config) else self._config
         algorithm = config_get(config, "algorithm")
         keys, clusters = self._prompts(config)
-        p_hat = resolve_estimates(algorithm)(runtime.process_for(str(algorithm.adv_estimator), algorithm), keys,
-                                             clusters)  # fmt: skip
-        p_hat = np.clip(p_hat, 0.0, 1.0)
+        p_hat = success_estimates(algorithm, keys, clusters)
         chosen = weights.draw(weights.prompt_weights(p_hat, self.options.epsilon), self.batch_size, self.rng)
         process = runtime.held(str(algorithm.adv_estimator))
         group_size = int(config_get(config_get(config_get(config, "actor_rollout_ref"), "rollout"), "n") or 1)
@@ -191,18 +230,14 @@ class HistorySampler(torch.utils.data.Sampler[int]):
         self.pending.clear()
 
 
-def resolve_estimates(algorithm: Any) -> Callable[..., np.ndarray]:
+def success_estimates(algorithm: Any, keys: np.ndarray, cluster_ids: np.ndarray | None = None) -> np.ndarray:
+    """(P,) p^ of each prompt key from the history of the estimator ``algorithm`` selects: the method its record
+    names (``EstimatorRecord.success_estimates``) on the process's estimator (the sampler's and the labs' face)."""
     record = record_for(config_get(algorithm, "adv_estimator"))
     if record is None or record.success_estimates is None:
         raise ValueError(f"adv_estimator={config_get(algorithm, 'adv_estimator')} keeps no history to sample by.")
-    return resolve(record.success_estimates)
-
-
-def success_estimates(algorithm: Any, keys: np.ndarray, cluster_ids: np.ndarray | None = None) -> np.ndarray:
-    """(P,) p^ of each prompt key from the history of the estimator ``algorithm`` selects (the labs' face)."""
-    estimate = resolve_estimates(algorithm)
-    p_hat = estimate(runtime.process_for(str(algorithm.adv_estimator), algorithm), np.asarray(keys, dtype=object),
-                     cluster_ids)  # fmt: skip
+    built = runtime.process_for(record.name, algorithm).estimator
+    p_hat, _ = getattr(built, record.success_estimates)(np.asarray(keys, dtype=object), cluster_ids)
     return np.clip(p_hat, 0.0, 1.0)
 
 
@@ -217,8 +252,13 @@ def create_rl_sampler(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any
             raise ValueError(f"{SECTION}.enable=true needs data.shuffle=true: the sampler replaces the dataset order.")
         batch_size = int(config_get(data_config, "gen_batch_size") or config_get(data_config, "train_batch_size"))
         seed = config_get(data_config, "seed")
-        sampler = HistorySampler(dataset, batch_size, 0 if seed is None else int(seed), options, runtime.run_config)
-        runtime.active_sampler = sampler
+        if seed is None:
+            logger.warning("bv_blend: data.seed is null, so the history sampler draws from the seed of verl's own "
+                           "unseeded sampler (torch.Generator's default, %d): like verl's, every unseeded run draws "
+                           "the same batches from the same history. Set data.seed to vary them.", UNSEEDED)  # fmt: skip
+        sampler = HistorySampler(dataset, batch_size, UNSEEDED if seed is None else int(seed), options,
+                                 runtime.run_config)  # fmt: skip
+        runtime.RUN.sampler = sampler
         logger.info("bv_blend: the history sampler draws the training batches (%s).", SECTION)
         return sampler
 

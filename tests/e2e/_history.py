@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -48,15 +47,6 @@ SAMPLER_METRICS = ("sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sample
 MID_GENERATION = Fault("tests.e2e.engine_faults", ENGINE_FAULT_ENV, "kill_mid_generation", ENGINE_FAULT_MARKER)
 
 
-def _blend_success(estimator: BVBlendEstimator, keys: np.ndarray, clusters: np.ndarray) -> np.ndarray:
-    """The sampler's p^ of a BV-Blend history, through the glue's own function (history_spec 5)."""
-    from bv_blend.verl.glue.bv_blend import BVBlendOptions, BVBlendProcess, success_estimates
-    from bv_blend.verl.runtime import Process
-
-    options = BVBlendOptions(config=estimator.config, num_clusters=K)
-    return success_estimates(Process(options, BVBlendProcess(options, K, None, estimator)), keys, clusters)
-
-
 @dataclass(frozen=True)
 class Method:
     """One history run: how it is selected, what it writes, and how to replay it."""
@@ -74,7 +64,6 @@ class Method:
     fresh: Callable[[], Any]  # an estimator of the run's options, without history
     from_config: Callable[[Mapping[str, Any]], Any]  # an estimator of a saved config
     feed: Callable[..., Any]  # (estimator, rewards, groups, keys, clusters) -> one call
-    success: Callable[[Any, np.ndarray, np.ndarray], np.ndarray]  # the sampler's p^ from (estimator, keys, clusters)
     prompts: Callable[[Any], Any]  # the estimator's per-prompt table
 
 
@@ -94,7 +83,6 @@ BLEND = Method(
     fresh=lambda: BVBlendEstimator(K, BVBlendConfig(history_level="prompt_and_cluster")),
     from_config=lambda config: BVBlendEstimator(K, BVBlendConfig.from_mapping(config)),
     feed=lambda est, rewards, groups, keys, clusters: est.compute(rewards, groups, clusters, prompt_keys=keys),
-    success=_blend_success,
     prompts=lambda estimator: estimator.prompts,
 )
 SPO_LEGACY = Method(
@@ -112,7 +100,6 @@ SPO_LEGACY = Method(
     fresh=SPOEstimator,
     from_config=lambda config: SPOEstimator(SPOConfig.from_mapping(config)),
     feed=lambda est, rewards, groups, keys, clusters: est.compute(rewards, groups, keys),
-    success=lambda estimator, keys, clusters: estimator.success_estimates(keys)[0],
     prompts=lambda estimator: estimator.tracker,
 )
 

@@ -85,7 +85,7 @@ def test_the_sampler_drew_every_batch_from_the_seed_and_the_history(run: History
     rng = np.random.default_rng(SEED)
     estimator = method.from_config(config)
     for step in range(1, LAST_STEP + 1):
-        p_hat = np.clip(method.success(estimator, keys, clusters), 0.0, 1.0)
+        p_hat = np.clip(estimator.success_estimates(keys, clusters)[0], 0.0, 1.0)  # the method the sampler calls
         drawn = weights.draw(weights.prompt_weights(p_hat), BATCH, rng)
         assert {task.questions[i] for i in drawn} == batch_questions(run, step), f"step {step}"
         estimator = replay(run, estimator.state_dict() if step > 1 else None, range(step, step + 1), config)

@@ -62,7 +62,7 @@ def test_unknown_option_is_a_clear_error_from_our_code():
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ("algorithm.bv_blend.on_missing_cluster=skip", "use one of error, assign"),
+        ("algorithm.bv_blend.on_missing_cluster=skip", "must be one of error, assign"),
         ("algorithm.bv_blend.on_missing_cluster=assign", "needs algorithm.bv_blend.codebook_path"),
         ("algorithm.bv_blend.num_clusters=0", "positive int"),
         ("algorithm.bv_blend.gamma=1.5", "gamma"),

@@ -48,7 +48,7 @@ out["after_reload"] = core_algos.get_adv_estimator_fn("bv_blend").__qualname__
 out["companions"] = [core_algos.get_adv_estimator_fn(n).__qualname__ for n in ("ha_dw", "maxnorm_ac")]
 out["companions"].append(core_algos.get_policy_loss_fn("ntf").__qualname__)
 from bv_blend.verl import runtime
-out["hook_errors"] = runtime.HOOK_ERRORS
+out["hook_errors"] = runtime.RUN.hook_errors
 print("RESULT" + json.dumps(out))
 """
 SCENARIOS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 from scipy import stats
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -14,7 +15,7 @@ from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.compositions import check_run
 from bv_blend.verl.hooks import METRICS_KEY
-from bv_blend.verl.sampler import HistorySampler, SamplerOptions
+from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions
 from tests.verl._helpers import compose_config
 
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
@@ -64,7 +65,7 @@ def test_a_flat_history_draws_uniformly():
     for _ in range(500):
         np.add.at(counts, sampler._draw(), 1)
     assert stats.chisquare(counts).pvalue > 1e-3
-    metrics = runtime.sampler_metrics()
+    metrics = runtime.sampler_metrics(runtime.held("spo"))
     assert metrics["sampler/weight_entropy"] == pytest.approx(1.0)
     assert metrics["sampler/p_hat_mean_drawn"] == 0.5 and metrics["sampler/zero_variance_expected"] == 1.0
 
@@ -144,13 +145,52 @@ def test_an_epoch_is_the_dataset_divided_by_the_batch_and_the_next_epoch_carries
         (["data.shuffle=false"], "data.shuffle=false"),
         (["algorithm.filter_groups.enable=true"], "would discard the groups the weights chose"),
         (["data.dataloader_num_workers=2"], "set data.dataloader_num_workers=0"),
+        # verl forces data.gen_batch_size=1 in these modes: the sampler would draw one prompt at a time
+        (["trainer.v1.trainer_mode=separate_async"], r"trainer.v1.trainer_mode=separate_async makes verl fetch one "
+                                                     r"prompt at a time .*repeat a prompt.*trainer_mode=sync"),
+        (["trainer.v1.trainer_mode=colocate_async"], "trainer_mode=colocate_async makes verl fetch one prompt"),
+        (["trainer.v1.sampler.sync_refill_failed_groups=true"], r"sync_refill_failed_groups=true makes verl fetch one "
+                                                                r"prompt at a time.*set it false"),
+        (["data.gen_batch_size=1"], r"data.gen_batch_size=1 makes verl fetch 1 prompts.*set data.gen_batch_size=null"),
     ],
-)
+)  # fmt: skip
 def test_the_sampler_is_refused_at_trainer_start_with_the_reason_and_the_fix(overrides, reason):
     config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
                              "data.dataloader_num_workers=0", *overrides])  # fmt: skip
     with pytest.raises(ValueError, match=reason):
         check_run(config)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["trainer.v1.trainer_mode=separate_async"], ["trainer.v1.sampler.sync_refill_failed_groups=true"],
+     ["algorithm.filter_groups.enable=true"]],
+)  # fmt: skip
+def test_the_v1_trainer_refuses_the_modes_that_fetch_one_prompt_at_a_time(overrides):
+    """verl's own V1 trainer constructor, patched by the plugin: it refuses before verl forces gen_batch_size=1."""
+    trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
+    config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
+                             "data.dataloader_num_workers=0", *overrides])  # fmt: skip
+    with pytest.raises(ValueError, match="fetch one prompt at a time"):
+        trainer_sync.PPOTrainerSync(config)
+
+
+def test_the_sync_mode_at_the_train_batch_passes():
+    check_run(compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
+                              "data.dataloader_num_workers=0",
+                              "data.gen_batch_size=${data.train_batch_size}"]))  # fmt: skip
+
+
+def test_a_null_seed_draws_as_verls_own_unseeded_sampler_does():
+    """verl's unseeded sampler starts from torch's fixed default seed (every unseeded run draws one order): the
+    history sampler takes that seed too, not 0, and two unseeded runs draw the same batches."""
+    config = run_config("data.seed=null")
+    verl_orders = [list(ray_trainer.create_rl_sampler(OmegaConf.merge(config.data, {"history_sampler": {"enable":
+                   False}}), dataset())) for _ in range(2)]  # fmt: skip
+    assert verl_orders[0] == verl_orders[1]  # verl's own behaviour, which the sampler follows
+    first, second = (ray_trainer.create_rl_sampler(config.data, dataset()) for _ in range(2))
+    assert first.seed == second.seed == torch.Generator().initial_seed() == UNSEEDED != 0
+    assert first._draw().tolist() == second._draw().tolist()
 
 
 def test_off_by_default_verls_sampler_stays():

@@ -7,7 +7,6 @@ and gives the checkpoint hooks its state (``global_step_N/bv_blend_state.pt``: t
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,10 +17,11 @@ import torch
 
 from bv_blend.blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.codebook import CLUSTER_KEY
+from bv_blend.core.options import check_choice, check_optional_text, require
 from bv_blend.history.priors import load_priors, unmatched
 from bv_blend.verl import channel, runtime
-from bv_blend.verl.clusters import ANNOTATE_HINT, cluster_ids_for_rows
-from bv_blend.verl.options import GlueOptions, section_options
+from bv_blend.verl.clusters import ANNOTATE_HINT, build_cluster_map, cluster_ids_for_rows
+from bv_blend.verl.options import ROW_FIELDS, TEXT_FIELDS, Columns, HistoryOptions
 from bv_blend.verl.prompt_keys import prompt_keys_for_rows
 from bv_blend.verl.records import CLUSTER_IDS, PROMPT_KEYS
 
@@ -32,84 +32,64 @@ SECTION = f"algorithm.{NAME}"
 ON_MISSING_CLUSTER = ("error", "assign")
 
 @dataclass(frozen=True)
-class BVBlendOptions(GlueOptions):
+class BVBlendOptions(HistoryOptions):
     """``algorithm.bv_blend`` read and validated: the estimator's parameters and the glue's own keys.
 
     Attributes:
         config: the estimator's parameters.
+        prompt_key_field: at the prompt levels, key each prompt by ``extra_info[field]`` instead of a hash of its text.
+        allow_state_reset: on resume, start the history afresh instead of failing when the checkpoint has no
+            BV-Blend state or a state made with another K / codebook / estimator config.
         num_clusters: K. ``None`` reads it from the codebook.
         codebook_path: codebook written by ``bv-blend codebook``; needed for ``assign`` and for the
             codebook check on resume.
         cluster_key: the ``extra_info`` key holding each prompt's integer cluster id.
         on_missing_cluster: ``error`` (a prompt without an id stops the run) or ``assign`` (encode it).
-        allow_state_reset: on resume, start the history afresh instead of failing when the checkpoint has no
-            BV-Blend state or a state made with another K / codebook / estimator config.
-        prompt_key_field: at the prompt levels, key each prompt by ``extra_info[field]`` instead of a hash of its text.
         prior_file: offline prior scores (``bv-blend priors``, history_spec 4): the history starts warm.
     """
 
     NAME = NAME
+    CONFIG = BVBlendConfig
 
     config: BVBlendConfig = field(default_factory=BVBlendConfig)
     num_clusters: int | None = None
     codebook_path: str | None = None
     cluster_key: str = CLUSTER_KEY
     on_missing_cluster: str = "error"
-    allow_state_reset: bool = False
-    prompt_key_field: str | None = None
     prior_file: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         k = self.num_clusters
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"{SECTION}.num_clusters={k!r} is invalid: it must be a positive int (K).")
-        if self.codebook_path is not None and not isinstance(self.codebook_path, str):
-            raise ValueError(f"{SECTION}.codebook_path={self.codebook_path!r} must be a path string.")
-        if not isinstance(self.cluster_key, str) or not self.cluster_key:
-            raise ValueError(f"{SECTION}.cluster_key={self.cluster_key!r} must be a non-empty string.")
-        if self.on_missing_cluster not in ON_MISSING_CLUSTER:
-            raise ValueError(
-                f"{SECTION}.on_missing_cluster={self.on_missing_cluster!r} is invalid: use one of "
-                f"{', '.join(ON_MISSING_CLUSTER)}."
-            )
+        ok = k is None or (not isinstance(k, bool) and isinstance(k, int) and k >= 1)
+        require(ok, SECTION, "num_clusters", k, "must be a positive int (K)")
+        check_optional_text(SECTION, "codebook_path", self.codebook_path)
+        require(isinstance(self.cluster_key, str) and bool(self.cluster_key), SECTION, "cluster_key",
+                self.cluster_key, "must be a non-empty string")  # fmt: skip
+        check_choice(SECTION, "on_missing_cluster", self.on_missing_cluster, ON_MISSING_CLUSTER)
         if self.on_missing_cluster == "assign" and self.codebook_path is None:
             raise ValueError(
                 f"{SECTION}.on_missing_cluster=assign needs {SECTION}.codebook_path: prompts are assigned to the "
                 "nearest centroid of that codebook, with the encoder it was built with."
             )
-        if not isinstance(self.allow_state_reset, bool):
-            raise ValueError(f"{SECTION}.allow_state_reset={self.allow_state_reset!r} must be a bool.")
-        for name in ("prompt_key_field", "prior_file"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{SECTION}.{name}={value!r} is invalid: it must be a non-empty string or null.")
+        check_optional_text(SECTION, "prior_file", self.prior_file)
 
     def inputs(self) -> frozenset[str]:
         return frozenset(
             [CLUSTER_IDS] * self.config.uses_clusters + [PROMPT_KEYS] * self.config.uses_prompts
         )  # the prompt level needs no codebook
 
-    @classmethod
-    def glue_keys(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls)) - {"config"}
+    def fields_needed(self) -> tuple[str, ...]:
+        text = self.on_missing_cluster == "assign" or self.config.uses_prompts  # the encoder reads the prompt
+        return (*ROW_FIELDS, *(TEXT_FIELDS if text else ()))
 
-    @classmethod
-    def from_algorithm(cls, algorithm: Any) -> BVBlendOptions:
-        options = section_options(algorithm, NAME)
-        estimator_keys = frozenset(f.name for f in dataclasses.fields(BVBlendConfig))
-        unknown = sorted(set(options) - cls.glue_keys() - estimator_keys)
-        if unknown:
-            raise ValueError(
-                f"Unknown option(s) {SECTION}.{{{', '.join(unknown)}}}. Estimator options: {sorted(estimator_keys)}; "
-                f"verl glue options: {sorted(cls.glue_keys())}. Check the spelling."
-            )
-        glue = {key: options.pop(key) for key in list(options) if key in cls.glue_keys()}
-        return cls(config=BVBlendConfig.from_mapping(options), **glue)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        glue = cls()
-        return {**glue.config.to_dict(), **{key: getattr(glue, key) for key in cls.glue_keys()}}
+    def step_inputs(self, built: BVBlendProcess, columns: Columns) -> dict[str, Any]:
+        """uid -> cluster id (read from extra_info, or assigned by the codebook's encoder) and uid -> prompt key."""
+        clusters = {}
+        if self.config.uses_clusters:
+            assign = built.assign_rows if self.on_missing_cluster == "assign" else None
+            clusters["cluster_map"] = build_cluster_map(columns, self.cluster_key, built.num_clusters, assign)
+        return {**clusters, **super().step_inputs(built, columns)}
 
     def build(self) -> BVBlendProcess:
         num_clusters, codebook = self._clusters() if self.config.uses_clusters else (self.num_clusters, None)
@@ -143,6 +123,22 @@ class BVBlendOptions(GlueOptions):
                 "codebook."
             )
         return codebook.num_clusters, codebook
+
+    def advantages(
+        self, built: BVBlendProcess, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+        step: channel.StepChannel,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Each row's cluster and prompt key, from the channel by uid, where the history level reads them."""
+        inputs = self.inputs()
+        clusters = cluster_ids_for_rows(index, response_mask, step.cluster_map) if CLUSTER_IDS in inputs else None
+        keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME) if PROMPT_KEYS in inputs else None
+        sources = step.sources_for(response_mask.shape[0])
+        return built.estimator.compute_token_level(
+            token_level_rewards, response_mask, index, clusters, source_rows=sources, prompt_keys=keys
+        )
+
+    def metrics(self, built: BVBlendProcess) -> Mapping[str, float]:
+        return built.estimator.metrics
 
     def prepare(self, built: BVBlendProcess, config: Any) -> None:
         """At trainer start: start the history from the prior file, pooling its prompts by their clusters in the
@@ -212,60 +208,26 @@ class BVBlendProcess:
             self._assigner = ClusterAssigner(self.codebook)
         return self._assigner
 
+    def success_estimates(
+        self, keys: np.ndarray, cluster_ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(p^, known) for the prompt sampler (history_spec 5): the estimator's (the prompt's mean, else its
+        cluster's), else the prior file's mean, else 0.5; ``known`` where the history gave it."""
+        p_hat, known = self.estimator.success_estimates(keys, cluster_ids)
+        if self.options.prior_file is not None and not known.all():
+            priors = self.priors()
+            prior_mean = np.array([float(priors[key].mean()) if key in priors else np.nan for key in keys])
+            p_hat = np.where(~known & ~np.isnan(prior_mean), prior_mean, p_hat)
+        return p_hat, known
 
-def compute_bv_blend_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BV-Blend outcome advantages: the prompt's GRPO baseline blended with its cluster's EMA history.
+    def assign_rows(self, rows: list[Mapping[str, Any]]) -> Any:
+        """Cluster ids for dataset-like rows without one, by the codebook's encoder (loaded on first use)."""
+        return self.assigner().assign_rows(rows)
 
-    Args:
-        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
-        index: (bs,) prompt uids; each uid's cluster comes from the step's channel that the trainer hooks open.
-        config: verl's ``config.algorithm``; options are read from its ``bv_blend`` sub-node.
 
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for GRPO).
-    """
-    process = runtime.process_for(NAME, config)
-    estimator, inputs = process.estimator.estimator, process.options.inputs()
-    step = channel.current_step() or channel.StepChannel()
-    clusters = cluster_ids_for_rows(index, response_mask, step.cluster_map) if CLUSTER_IDS in inputs else None
-    keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME) if PROMPT_KEYS in inputs else None
-    advantages, returns = estimator.compute_token_level(
-        token_level_rewards,
-        response_mask,
-        index,
-        clusters,
-        source_rows=step.sources_for(response_mask.shape[0]),
-        prompt_keys=keys,
-    )
-    channel.report_metrics(estimator.metrics)
-    return advantages, returns
+compute_bv_blend_advantage = runtime.advantage_function(
+    NAME, __name__, "BV-Blend outcome advantages: the prompt's GRPO baseline blended with its cluster's EMA history."
+)
 
 
 __all__ = ["BVBlendOptions", "BVBlendProcess", "compute_bv_blend_advantage"]
-
-
-def success_estimates(process: runtime.Process, keys: np.ndarray, cluster_ids: np.ndarray | None) -> np.ndarray:
-    """p^ for the prompt sampler (history_spec 5): the prompt's mean m1_p, else its cluster's m1_k, else the prior
-    file's mean, else 0.5."""
-    estimator, options = process.estimator.estimator, process.options
-    p_hat = np.full(len(keys), np.nan)
-    if estimator.config.uses_prompts:
-        _, mean, _, seen = estimator.prompts.lookup(keys)
-        p_hat = np.where(seen, mean, p_hat)
-    if estimator.config.uses_clusters and cluster_ids is not None:
-        clusters = np.asarray(cluster_ids, dtype=np.int64)
-        safe = np.where((clusters >= 0) & (clusters < estimator.num_clusters), clusters, 0)
-        seen = (clusters >= 0) & (clusters < estimator.num_clusters) & estimator.moments.seen[safe]
-        p_hat = np.where(np.isnan(p_hat) & seen, estimator.moments.mean[safe], p_hat)
-    if options.prior_file is not None and np.isnan(p_hat).any():
-        priors = process.estimator.priors()
-        prior_mean = np.array([float(priors[key].mean()) if key in priors else np.nan for key in keys])
-        p_hat = np.where(np.isnan(p_hat), prior_mean, p_hat)
-    return np.where(np.isnan(p_hat), 0.5, p_hat)

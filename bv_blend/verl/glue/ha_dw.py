@@ -13,12 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
-
 from bv_blend.companions import HADWConfig, HADWEstimator
-from bv_blend.verl import channel, runtime
-from bv_blend.verl.multi_output import outcome_advantages
+from bv_blend.verl import runtime
 from bv_blend.verl.options import GlueOptions, config_get, section_options, unknown_keys
 from bv_blend.verl.overrides import override_value
 
@@ -76,30 +72,9 @@ class HADWOptions(GlueOptions):
         return HADWEstimator(self.config)
 
 
-def compute_ha_dw_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """HA-DW outcome advantages: ``grpo``'s (or Dr.GRPO's) advantage times Phi = lambda exp(D |diff|).
-
-    Args:
-        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
-        index: (bs,) prompt uids (the groups); uids starting with "pad" are padding.
-        config: verl's ``config.algorithm``; options are read from its ``ha_dw`` sub-node.
-
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for GRPO).
-    """
-    if index is None:
-        raise ValueError("ha_dw groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
-    estimator = runtime.estimator_for(NAME, config)
-    advantages = outcome_advantages(estimator.compute, token_level_rewards, response_mask, index)
-    channel.report_metrics(estimator.metrics)
-    return advantages, advantages
+compute_ha_dw_advantage = runtime.advantage_function(
+    NAME, __name__, "HA-DW outcome advantages: ``grpo``'s (or Dr.GRPO's) advantage times Phi = lambda exp(D |diff|)."
+)
 
 
 __all__ = ["HADWOptions", "compute_ha_dw_advantage"]

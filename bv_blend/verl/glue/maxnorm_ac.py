@@ -8,17 +8,15 @@ process's estimator. It has no state, so no checkpoint file.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
-
 from bv_blend.companions import MaxNormAC, MaxNormConfig
-from bv_blend.verl import channel, runtime
-from bv_blend.verl.multi_output import outcome_advantages
-from bv_blend.verl.options import GlueOptions, section_options
+from bv_blend.verl import runtime
+from bv_blend.verl.options import GlueOptions, config_get, section_options
 
+logger = logging.getLogger(__name__)
 NAME = "maxnorm_ac"
 SECTION = "algorithm.maxnorm"  # the options live under algorithm.maxnorm (the spec's name)
 
@@ -42,32 +40,21 @@ class MaxNormOptions(GlueOptions):
     def build(self) -> MaxNormAC:
         return MaxNormAC(self.config)
 
+    def prepare(self, built: MaxNormAC, config: Any) -> None:
+        """At trainer start: warn that verl's KL loss still moves the groups the RRP skips."""
+        actor = config_get(config_get(config, "actor_rollout_ref"), "actor")
+        if self.config.skip_zero_gap and bool(config_get(actor, "use_kl_loss")):
+            logger.warning(
+                "maxnorm_ac: zero-gap groups get advantage 0, but actor.use_kl_loss=true still applies the KL update "
+                "to them (the RRP skips both). Run with actor.use_kl_loss=false for the paper's skip; "
+                "docs/companions.md lists the alternatives."
+            )
 
-def compute_maxnorm_ac_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """MaxNorm-AC outcome advantages: u / max(max |u|, tau) per group, u the (RLOO or centred) numerator of the
-    binned rewards; groups with one row or all rows in one reward bin get 0.
 
-    Args:
-        token_level_rewards: (bs, response_length) rewards; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0.
-        index: (bs,) prompt uids (the groups); uids starting with "pad" are padding.
-        config: verl's ``config.algorithm``; options are read from its ``maxnorm`` sub-node.
-
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for RLOO), in [-1, 1].
-    """
-    if index is None:
-        raise ValueError("maxnorm_ac groups rows by prompt uid: verl passes it as `index` when the batch has 'uid'.")
-    estimator = runtime.estimator_for(NAME, config)
-    advantages = outcome_advantages(estimator.compute, token_level_rewards, response_mask, index)
-    channel.report_metrics(estimator.metrics)
-    return advantages, advantages
+compute_maxnorm_ac_advantage = runtime.advantage_function(
+    NAME, __name__, "MaxNorm-AC outcome advantages: u / max(max |u|, tau) per group, u the (RLOO or centred) "
+    "numerator of the binned rewards; groups with one row or all rows in one reward bin get 0; in [-1, 1].",
+)
 
 
 __all__ = ["MaxNormOptions", "compute_maxnorm_ac_advantage"]

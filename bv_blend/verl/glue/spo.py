@@ -8,19 +8,18 @@ with the hash of the offline values, which a resume must match).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
+from bv_blend.core.options import check_optional_text
 from bv_blend.history.priors import load_priors, priors_hash, unmatched
 from bv_blend.spo import SPOConfig, SPOEstimator
 from bv_blend.verl import channel, runtime
-from bv_blend.verl.options import GlueOptions, section_options, unknown_keys
+from bv_blend.verl.options import HistoryOptions
 from bv_blend.verl.prompt_keys import prompt_keys_for_rows
 
 logger = logging.getLogger(__name__)
@@ -30,50 +29,39 @@ SECTION = f"algorithm.{NAME}"
 
 
 @dataclass(frozen=True)
-class SPOOptions(GlueOptions):
+class SPOOptions(HistoryOptions):
     """``algorithm.spo`` read and validated.
 
     Attributes:
         config: the estimator's parameters.
-        offline_values: a prior file (``bv-blend priors``): each prompt's scores under the initial policy.
         prompt_key_field: key each prompt by ``extra_info[field]`` (``index``...) instead of a hash of its text.
         allow_state_reset: on resume, start the tracker afresh instead of failing on a missing or mismatched state.
+        offline_values: a prior file (``bv-blend priors``): each prompt's scores under the initial policy.
     """
 
     NAME = NAME
+    CONFIG = SPOConfig
 
     config: SPOConfig = field(default_factory=SPOConfig)
     offline_values: str | None = None
-    prompt_key_field: str | None = None
-    allow_state_reset: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("offline_values", "prompt_key_field"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{SECTION}.{name}={value!r} is invalid: it must be a non-empty string or null.")
-        if not isinstance(self.allow_state_reset, bool):
-            raise ValueError(f"{SECTION}.allow_state_reset={self.allow_state_reset!r} is invalid: true or false.")
-
-    @classmethod
-    def glue_keys(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls)) - {"config"}
-
-    @classmethod
-    def from_algorithm(cls, algorithm: Any) -> SPOOptions:
-        options = section_options(algorithm, NAME)
-        unknown_keys(options, cls.glue_keys() | {f.name for f in dataclasses.fields(SPOConfig)}, SECTION)
-        glue = {key: options.pop(key) for key in list(options) if key in cls.glue_keys()}
-        return cls(config=SPOConfig.from_mapping(options), **glue)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        glue = cls()
-        return {**glue.config.to_dict(), **{key: getattr(glue, key) for key in cls.glue_keys()}}
+        super().__post_init__()
+        check_optional_text(SECTION, "offline_values", self.offline_values)
 
     def build(self) -> SPOEstimator:
         priors = load_priors(self.offline_values, f"{SECTION}.offline_values") if self.offline_values else None
         return SPOEstimator(self.config, priors)
+
+    def advantages(
+        self, built: SPOEstimator, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+        step: channel.StepChannel,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Each row's prompt key, from the channel by uid."""
+        keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME)
+        return built.compute_token_level(
+            token_level_rewards, response_mask, index, keys, source_rows=step.sources_for(len(keys))
+        )
 
     def prepare(self, built: SPOEstimator, config: Any) -> None:
         """At trainer start: report the offline values' prompts that no training row has (not an error)."""
@@ -102,38 +90,10 @@ def _hash(built: SPOEstimator) -> str | None:
     return priors_hash(built.offline_values) if built.offline_values else None
 
 
-def compute_spo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPO outcome advantages: r - p^ of the prompt's Beta tracker, normalised over the batch's valid rows.
-
-    Args:
-        token_level_rewards: (bs, response_length) rewards in [0, 1]; the sequence reward is their sum.
-        response_mask: (bs, response_length); all-zero rows (verl's padding) get advantage 0 and no update.
-        index: (bs,) prompt uids; each uid's prompt key comes from the step's channel that the trainer hooks open.
-        config: verl's ``config.algorithm``; options are read from its ``spo`` sub-node.
-
-    Returns:
-        advantages and returns, both (bs, response_length) (equal, as for GRPO).
-    """
-    estimator = runtime.estimator_for(NAME, config)
-    step = channel.current_step() or channel.StepChannel()
-    keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, "spo")
-    advantages, returns = estimator.compute_token_level(
-        token_level_rewards, response_mask, index, keys, source_rows=step.sources_for(len(keys))
-    )
-    channel.report_metrics(estimator.metrics)
-    return advantages, returns
+compute_spo_advantage = runtime.advantage_function(
+    NAME, __name__, "SPO outcome advantages: r - p^ of the prompt's Beta tracker, normalised over the batch's "
+    "valid rows.",
+)
 
 
 __all__ = ["SPOOptions", "compute_spo_advantage"]
-
-
-def success_estimates(process: runtime.Process, keys: np.ndarray, cluster_ids: np.ndarray | None) -> np.ndarray:
-    """p^ for the prompt sampler: the tracker's alpha / (alpha + beta), else the offline prior, else 0.5."""
-    p_hat, _ = process.estimator.success_estimates(keys)
-    return p_hat
