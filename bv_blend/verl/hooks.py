@@ -72,9 +72,11 @@ def _loading(original: Callable) -> Callable:
     def _load_checkpoint(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
         if selected_record(self.config) is not None:
-            from bv_blend.verl.state import restore_state
+            from bv_blend.verl.sampler import restore_skipped_state
+            from bv_blend.verl.state import restore_state, resume_folder
 
             restore_state(self)
+            restore_skipped_state(resume_folder(self.config))
         return result
 
     return _load_checkpoint

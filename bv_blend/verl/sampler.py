@@ -24,6 +24,7 @@ older weights, and draw them again otherwise after a resume), so the sampler nee
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -265,6 +266,31 @@ def create_rl_sampler(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any
     return create
 
 
+def restore_skipped_state(folder: str | None) -> bool:
+    """Restore the sampler's own state from ``folder/data.pt`` where verl did not; True if it did.
+
+    verl's legacy trainer skips its dataloader's state when it resumes at an epoch boundary (``_load_checkpoint`` in
+    ray_trainer.py: "the saved state marks the dataloader as exhausted"), so a fresh sampler would draw the next
+    epoch from ``data.seed``'s first draw instead of where the run left off, and a resumed run would draw other
+    batches than an uninterrupted one. The saved state is the sampler's RNG after the epoch: the next epoch starts
+    there. Where verl restored the loader (mid-epoch, and in the V1 trainer), the sampler's draws already match the
+    checkpoint's and nothing is done.
+    """
+    sampler = runtime.RUN.sampler
+    path = os.path.join(folder, "data.pt") if folder is not None else None
+    if sampler is None or path is None or not os.path.isfile(path):
+        return False
+    loader_state = torch.load(path, weights_only=False)  # verl's own file, which verl loads the same way
+    state = (loader_state.get("_sampler_iter_state") or {}).get("sampler_state")
+    if state is None or int(state.get("draws", -1)) == sampler.draws:
+        return False
+    sampler.load_state_dict(state)
+    if sampler.drawn_in_epoch >= sampler.batches_in_epoch:
+        sampler.drawn_in_epoch = 0  # the epoch ended with the checkpoint: the loader starts the next one
+    logger.info("history sampler: restored its state of %d draws from %s, which verl skipped", sampler.draws, path)
+    return True
+
+
 def _columns(dataset: Any) -> tuple[list[Any], list[Any]]:
     frame = getattr(dataset, "dataframe", None)
     column = getattr(dataset, "prompt_key", "prompt")
@@ -275,4 +301,5 @@ def _columns(dataset: Any) -> tuple[list[Any], list[Any]]:
     return [item.get("raw_prompt") for item in items], [item.get("extra_info") for item in items]
 
 
-__all__ = ["SECTION", "HistorySampler", "SamplerOptions", "check_run", "create_rl_sampler", "success_estimates"]
+__all__ = ["SECTION", "HistorySampler", "SamplerOptions", "check_run", "create_rl_sampler", "restore_skipped_state",
+           "success_estimates"]

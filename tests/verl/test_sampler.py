@@ -15,7 +15,7 @@ from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.compositions import check_run
 from bv_blend.verl.hooks import METRICS_KEY
-from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions
+from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions, restore_skipped_state
 from tests.verl._helpers import compose_config
 
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
@@ -128,6 +128,58 @@ def test_a_resumed_run_draws_exactly_the_batches_of_an_uninterrupted_one():
         resumed.append([row["extra_info"]["index"] for row in batch])
         train_on(config, batch, step)
     assert resumed == straight[3:]
+
+
+def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterrupted_one(tmp_path):
+    """verl's legacy trainer does not restore its dataloader's state at an epoch boundary (ray_trainer.py
+    ``_load_checkpoint``: the state marks the loader exhausted), which left a resumed sampler drawing the next epoch
+    from data.seed's first draw (found by tests/e2e/test_cpu_history.py[spo_legacy]). The hook restores the sampler
+    from the checkpoint's data.pt: the next epoch is the uninterrupted run's."""
+    data, epoch = dataset(), PROMPTS // BATCH
+    config = run_config()
+    straight, uninterrupted = [], loader(config, data)
+    for _ in range(2):  # two epochs, as verl's trainers loop: for epoch ...: for batch in dataloader
+        for batch in uninterrupted:
+            straight.append([row["extra_info"]["index"] for row in batch])
+            train_on(config, batch, len(straight) - 1)
+    assert len(straight) == 2 * epoch
+
+    config = run_config()
+    first = loader(config, data)
+    for step, batch in enumerate(first):  # one whole epoch, then verl's checkpoint: data.pt and our state
+        train_on(config, batch, step)
+    torch.save(first.state_dict(), tmp_path / "data.pt")
+    saved_state = runtime.estimator_for("spo", config.algorithm).state_dict()
+
+    def resumed(restore: bool) -> list[list[int]]:
+        config = run_config()
+        runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
+        fresh = loader(config, data)  # verl skips the loader's state here
+        assert restore_skipped_state(str(tmp_path)) is restore
+        drawn = []
+        for step, batch in zip(range(epoch, 2 * epoch), fresh, strict=False):
+            drawn.append([row["extra_info"]["index"] for row in batch])
+            train_on(config, batch, step)
+        return drawn
+
+    assert resumed(restore=True) == straight[epoch:]
+    runtime.RUN.sampler = None  # as if the hook had not run: the draws restart from the seed
+    config = run_config()
+    runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
+    unrestored = [[row["extra_info"]["index"] for row in batch] for batch in loader(config, data)]
+    assert unrestored != straight[epoch:], "the check cannot tell a restored sampler from a fresh one"
+
+
+def test_the_hook_leaves_a_sampler_verl_restored_alone(tmp_path):
+    config = run_config()
+    first = loader(config, data := dataset())
+    iterator = iter(first)
+    for step in range(3):  # mid-epoch: verl restores the loader, and with it the sampler
+        train_on(config, next(iterator), step)
+    torch.save(first.state_dict(), tmp_path / "data.pt")
+    assert restore_skipped_state(str(tmp_path)) is False
+    assert restore_skipped_state(None) is False and restore_skipped_state(str(tmp_path / "none")) is False
+    assert len(data) == PROMPTS
 
 
 def test_an_epoch_is_the_dataset_divided_by_the_batch_and_the_next_epoch_carries_on():
