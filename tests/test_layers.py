@@ -28,6 +28,7 @@ VERL_FREE_BELOW = LAYERS["verl"]
 # instruments' top-level packages and modules, bottom (0) to top. Each may import any of the product.
 INSTRUMENT_LAYERS: dict[str, int] = {
     "stats": 0, "machine": 0,                       # statistics over seeds; the machine's description
+    "rule": 1,                                      # the one rule that judges every arm (docs/regime.md)
     "cpu": 1,                                       # verl's stock trainer on CPU (imports verl, never the glue)
     "demo": 2,                                      # the CPU main job and the comparison harness
     "lab": 3,                                       # both labs (the token lab grows out of the demo's stand-in)
