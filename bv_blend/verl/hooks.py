@@ -30,7 +30,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from bv_blend.verl import runtime
+from bv_blend.verl import advisor, runtime
 from bv_blend.verl.channel import advantage_step, current_step, report_metrics
 from bv_blend.verl.multi_output import final_output_rows
 from bv_blend.verl.options import selected_record
@@ -50,7 +50,9 @@ def _checked_init(legacy: bool) -> Callable[[Callable], Callable]:
 
             check_run(config, legacy=legacy)  # bad options / missing codebook / unsound stacks fail here
             context_budget.check_run(config)  # a prompt + response budget over the model's context fails here
-            return original(self, config, *args, **kwargs)
+            result = original(self, config, *args, **kwargs)
+            advisor.advise_trainer(self)  # a warning at most; V1 has no train_dataset yet: its first step advises
+            return result
 
         return __init__
 
@@ -121,6 +123,7 @@ def _v1_compute_advantage(original: Callable) -> Callable:
         with advantage_step(**_step_inputs(process, columns), output_sources=sources) as step:
             result = original(self, batch, metrics)
             report_metrics(runtime.sampler_metrics(process))
+            report_metrics(advisor.step_metrics(self))
         metrics.update(step.metrics)
         return result
 
@@ -169,6 +172,7 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
         with advantage_step(**_step_inputs(process, columns)) as step:
             result = original(data, adv_estimator, *args, **kwargs)
             report_metrics(runtime.sampler_metrics(process))
+            report_metrics(advisor.step_metrics())
         result.meta_info[METRICS_KEY] = step.metrics
         return result
 

@@ -1,0 +1,179 @@
+"""The start-time advisor (issue 29): how many of a run's rows a per-prompt history will act on, from its sizes.
+
+From the trainer's config and its training set (N = ``len(trainer.train_dataset)``; ``data.train_batch_size``,
+``actor_rollout_ref.rollout.n``, ``trainer.total_training_steps`` / ``total_epochs``) it plans the run's visits
+(``bv_blend.history.visits``): the expected visits per prompt V, and the share of rows whose prompt has a history when
+it is visited (from an earlier visit, or from a prior). Both are step metrics (``advisor/visits_per_prompt``,
+``advisor/prompt_history_row_share``) of every run of an estimator that can keep a per-prompt history (its record's
+``inputs`` hold ``PROMPT_KEYS``). Where the run keeps one (its options' ``inputs()`` hold ``PROMPT_KEYS``: SPO,
+BV-Blend at ``history_level=prompt`` / ``prompt_and_cluster``) and the share is below :data:`WARN_BELOW`, it logs one
+warning with the numbers and the settings that would act. It is advice: nothing here raises, and a run whose sizes
+it cannot read is not advised (a debug log says why).
+
+Where it runs: the legacy trainer has its training set once ``__init__`` returns (``hooks._checked_init``); verl's V1
+trainer builds it later, in ``init()``, so there the first advantage step advises (before its metrics are logged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bv_blend.history.visits import Visits, plan_visits, planned_steps
+from bv_blend.verl import runtime
+from bv_blend.verl.options import config_get, selected_record
+from bv_blend.verl.records import PROMPT_KEYS, EstimatorRecord
+
+logger = logging.getLogger(__name__)
+
+# Provisional, set from the arithmetic until issue 29's no-revisit measurements set it: below half, most rows are a
+# prompt's first visit, where BV-Blend's prompt level falls back to its cluster (or to the group: verl's GRPO) and SPO
+# is the batch-whitened reward (p^ = 0.5 for every prompt: REINFORCE++). Under verl's sampler it is V < 2.
+WARN_BELOW = 0.5
+# The options that start a history from `bv-blend priors`' file (history_spec 4), by their name in a section.
+PRIOR_OPTIONS = ("prior_file", "offline_values")
+# The option that chooses whose history an estimator keeps, on its math's config (BV-Blend's history_spec 3).
+LEVEL_OPTION = "history_level"
+METRICS = ("advisor/visits_per_prompt", "advisor/prompt_history_row_share")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the advisor found for one run.
+
+    Attributes:
+        record: the run's estimator.
+        acts_per_prompt: the run keeps a per-prompt history (the warning is about it only).
+        visits: the planned visits (N, B, steps, V, the share of rows with a prompt history).
+        group_size: n, the rollouts of each visit.
+        sampler: the history sampler draws the batches (else verl's epochs).
+        level: ``algorithm.<section>.history_level=...`` where the estimator has that option, else ``""``.
+        fixes: the settings that would give more rows a prompt history.
+    """
+
+    record: EstimatorRecord
+    acts_per_prompt: bool
+    visits: Visits
+    group_size: int
+    sampler: bool
+    level: str = ""
+    fixes: tuple[str, ...] = ()
+
+    def metrics(self) -> dict[str, float]:
+        return dict(zip(METRICS, (self.visits.visits_per_prompt, self.visits.history_row_share), strict=True))
+
+    def warning(self) -> str | None:
+        """The one warning, where the run's per-prompt history would act on under :data:`WARN_BELOW` of its rows."""
+        visits = self.visits
+        if not self.acts_per_prompt or visits.history_row_share >= WARN_BELOW:
+            return None
+        draws = ("the history sampler's independent batches (drawn as if uniform)" if self.sampler
+                 else "verl's sampler: epochs without replacement")  # fmt: skip
+        return (
+            f"bv_blend advisor: {self.record.label}{f' ({self.level})' if self.level else ''} keeps a per-prompt "
+            f"history, but few rows of this run will see it: {visits.prompts} training prompts, "
+            f"{visits.batch_size} prompts a step x {self.group_size} rollouts, {visits.steps} steps give "
+            f"{visits.visits_per_prompt:.2f} expected visits per prompt ({draws}), so a share of "
+            f"{visits.history_row_share:.2f} of the rows see their prompt's history (the advisor warns below "
+            f"{WARN_BELOW}). The other rows are first visits, where the prompt's history has nothing to act on. "
+            f"Settings that would act: {'; or '.join(self.fixes)}. This is a warning: the run goes on."
+        )
+
+
+def advise(config: Any, prompts: int) -> Advice | None:
+    """The advice for a run of ``prompts`` training prompts and this full trainer ``config`` (no log); ``None`` for a
+    run whose estimator keeps no per-prompt history, or that trains no step."""
+    record = selected_record(config)
+    if record is None or PROMPT_KEYS not in record.inputs:
+        return None
+    from bv_blend.verl.sampler import sampler_options
+
+    data, trainer = config_get(config, "data"), config_get(config, "trainer")
+    batch_size = int(config_get(data, "train_batch_size"))
+    total = config_get(trainer, "total_training_steps")
+    steps = planned_steps(prompts, batch_size, int(config_get(trainer, "total_epochs") or 0),
+                          None if total is None else int(total))  # fmt: skip
+    if steps <= 0:
+        return None
+    options = record.options_class().from_algorithm(config_get(config, "algorithm"))
+    prior = next((name for name in PRIOR_OPTIONS if hasattr(options, name)), None)
+    sampler = sampler_options(data).enable
+    visits = plan_visits(prompts, batch_size, steps, sampler, prior is not None and getattr(options, prior) is not None)
+    rollout = config_get(config_get(config, "actor_rollout_ref"), "rollout")
+    level, fixes = _levels(record, options)
+    if prior is not None:
+        fixes += (f"priors: `bv-blend priors`, then {record.option_section}.{prior}=PATH (every prompt starts with a "
+                  "history)",)  # fmt: skip
+    return Advice(record, PROMPT_KEYS in options.inputs(), visits, int(config_get(rollout, "n") or 1), sampler,
+                  level, fixes)  # fmt: skip
+
+
+def _levels(record: EstimatorRecord, options: Any) -> tuple[str, tuple[str, ...]]:
+    """The run's history level (where its estimator has :data:`LEVEL_OPTION`), and the other levels that read the
+    cluster's history (which every row whose cluster was seen has)."""
+    math = getattr(options, "config", None)
+    if not dataclasses.is_dataclass(math) or not hasattr(math, LEVEL_OPTION) or not hasattr(math, "uses_clusters"):
+        return "", ()
+    from bv_blend.blend.config import HISTORY_LEVELS
+
+    current = getattr(math, LEVEL_OPTION)
+    spell = f"{record.option_section}.{LEVEL_OPTION}"
+    others = [level for level in HISTORY_LEVELS
+              if level != current and dataclasses.replace(math, **{LEVEL_OPTION: level}).uses_clusters]  # fmt: skip
+    if not others:
+        return f"{spell}={current}", ()
+    levels = " or ".join(f"{spell}={level}" for level in others)
+    return f"{spell}={current}", (f"{levels} (the cluster's history acts on every row whose cluster was seen)",)
+
+
+@dataclass
+class _Held:
+    """The advice of the run this process trains, for the config it was made from (the legacy advantage step sees
+    no trainer: it finds the advice by ``runtime.RUN.config``)."""
+
+    config: Any = None
+    advice: Advice | None = None
+
+
+_HELD = _Held()
+
+
+def advise_trainer(trainer: Any) -> Advice | None:
+    """The trainer hooks' entry: advise ``trainer``'s run once (the warning, if any, is logged then) and hold the
+    advice; ``None`` where there is none, or where the trainer has no training set yet (verl's V1 trainer before
+    ``init()``). Never raises: the advisor must not fail a run."""
+    config = getattr(trainer, "config", None)
+    if config is None or selected_record(config) is None:
+        return None
+    if _HELD.config is config:
+        return _HELD.advice
+    dataset = getattr(trainer, "train_dataset", None)
+    if dataset is None:
+        logger.debug("bv_blend advisor: the trainer has no train_dataset yet (verl's V1 trainer builds it in init()); "
+                     "its first advantage step advises.")  # fmt: skip
+        return None
+    try:
+        advice = advise(config, len(dataset))
+    except Exception:  # advice only: whatever it cannot read, the run goes on without it
+        logger.debug("bv_blend advisor: skipped, the run's sizes could not be read.", exc_info=True)
+        advice = None
+    _HELD.config, _HELD.advice = config, advice
+    message = advice.warning() if advice is not None else None
+    if message is not None:
+        logger.warning(message)
+    return advice
+
+
+def step_metrics(trainer: Any = None) -> dict[str, float]:
+    """The advisor's metrics for this step's channel: ``trainer``'s advice (V1, advised on its first step), or, with
+    no trainer (the legacy module-level advantage step), the advice held for this process's run."""
+    if trainer is not None:
+        advice = advise_trainer(trainer)
+    else:
+        advice = _HELD.advice if _HELD.config is not None and _HELD.config is runtime.RUN.config else None
+    return advice.metrics() if advice is not None else {}
+
+
+__all__ = ["METRICS", "WARN_BELOW", "Advice", "advise", "advise_trainer", "step_metrics"]
