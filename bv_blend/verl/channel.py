@@ -5,7 +5,7 @@ verl's own advantage step open a channel for the duration of that step: in, what
 the metrics of the step (the estimator's, and those of the batch the prompt sampler drew), which the hook then
 moves into verl's step metrics.
 
-    with advantage_step(process=..., cluster_map={uid: cluster}, prompt_keys={uid: key}) as step:
+    with advantage_step(cluster_map={uid: cluster}, prompt_keys={uid: key}) as step:
         verl_computes_the_advantages(...)        # -> compute_bv_blend_advantage reads current_step()
     metrics.update(step.metrics)
 
@@ -28,7 +28,6 @@ class StepChannel:
     """One advantage step's facts for the estimator, and what it reports back.
 
     Attributes:
-        process: the estimator this step's options built (``runtime.Process``), parsed once per step by the hook.
         cluster_map: prompt uid -> cluster id, for every non-padding uid of the batch.
         prompt_keys: prompt uid -> the prompt's stable key (history_spec 1).
         output_sources: for each row, the row of its session's final output (multi-output agent sessions,
@@ -36,7 +35,6 @@ class StepChannel:
         metrics: out: the metrics of this step: the estimator's call, and the prompt sampler's batch.
     """
 
-    process: Any = None
     cluster_map: Mapping[str, int] | None = None
     prompt_keys: Mapping[str, str] | None = None
     output_sources: np.ndarray | None = None

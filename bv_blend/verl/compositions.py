@@ -95,13 +95,13 @@ def check_run(config: Any, legacy: bool = False) -> None:
     ntf = uses_ntf(config)
     if record is not None or ntf:
         runtime.raise_hook_errors()
-    if record is not None:
-        process = runtime.process_for(record.name, config.algorithm)  # bad options fail here, not at step 1
+    # The run's estimator, its options parsed once for the run: bad options fail here, not at step 1.
+    process = runtime.start_run(config, None if record is None else record.name)
+    if process is not None:
         process.options.prepare(process.estimator, config)
     from bv_blend.verl import sampler
 
     sampler.check_run(config)
-    runtime.start_run(config)
     algorithm = config_get(config, "algorithm")
     requested = {r.name: requested_options(algorithm, r.section, r.options_class().defaults()) for r in RECORDS}
     _check_stack(algorithm, requested)

@@ -9,10 +9,10 @@ V1 (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``, the default ``trainer.use_v
 colocate_async and separate_async modes, none of which overrides these methods):
   ``__init__``            validate the options, build the estimator and refuse unsound stacks
                           (``compositions.check_run``) before any worker or vLLM server starts;
-  ``_compute_advantage``  open the step's channel around verl's own method (the process's estimator, parsed
-                          once; multi-output sessions; the inputs the estimator's options build from the fields
-                          they ask for, read from TransferQueue), then add the channel's metrics (the estimator's,
-                          and the prompt sampler's) to the step's ``metrics``;
+  ``_compute_advantage``  open the step's channel around verl's own method (multi-output sessions; the inputs
+                          that the options of the estimator built at trainer start build from the fields they ask
+                          for, read from TransferQueue), then add the channel's metrics (the estimator's, and the
+                          prompt sampler's) to the step's ``metrics``;
   ``_save_checkpoint``    write ``global_step_N/<record.state_file>`` (before verl's save, see ``state.py``);
   ``_load_checkpoint``    restore it after verl's load.
 
@@ -90,12 +90,6 @@ def _install_trainer_hooks(trainer_cls: type, legacy: bool) -> None:
     wrap(trainer_cls, "_load_checkpoint", ("self",), _loading)
 
 
-def _step_inputs(process: runtime.Process, columns: dict[str, Any]) -> dict[str, Any]:
-    """The channel's inputs for one step: the process estimator, and what its options build from the batch's
-    per-row ``columns`` (``GlueOptions.step_inputs``)."""
-    return {"process": process, **process.options.step_inputs(process.estimator, columns)}
-
-
 # -------------------------------------------------------------------------------------------------- V1
 def install_sampler(module: Any) -> None:
     """Post-import hook of every module that binds verl's ``create_rl_sampler`` (the prompt sampler's way in)."""
@@ -117,10 +111,10 @@ def _v1_compute_advantage(original: Callable) -> Callable:
         record = selected_record(self.config)
         if record is None:
             return original(self, batch, metrics)
-        process = runtime.process_for(record.name, self.config.algorithm)  # the step's options, parsed once
+        process = runtime.process_for(record.name, self.config.algorithm)  # the one trainer start built
         columns = _v1_fetch(batch, process.options.fields_needed())
-        sources = final_output_rows(list(batch.keys))
-        with advantage_step(**_step_inputs(process, columns), output_sources=sources) as step:
+        inputs = process.options.step_inputs(process.estimator, columns)
+        with advantage_step(**inputs, output_sources=final_output_rows(list(batch.keys))) as step:
             result = original(self, batch, metrics)
             report_metrics(runtime.sampler_metrics(process))
             report_metrics(advisor.step_metrics(self))
@@ -169,7 +163,7 @@ def _legacy_compute_advantage(original: Callable) -> Callable:
         columns = {name: data.non_tensor_batch.get(name) for name in fields}
         if fields and columns["uid"] is None:
             return original(data, adv_estimator, *args, **kwargs)  # the estimator raises its clear error
-        with advantage_step(**_step_inputs(process, columns)) as step:
+        with advantage_step(**process.options.step_inputs(process.estimator, columns)) as step:
             result = original(data, adv_estimator, *args, **kwargs)
             report_metrics(runtime.sampler_metrics(process))
             report_metrics(advisor.step_metrics())

@@ -2,9 +2,10 @@
 
 verl computes advantages once per step, in the single-controller process (``TaskRunnerV1`` or the legacy
 ``TaskRunner``), and calls the registered estimator with tensors, uids and ``config.algorithm`` only. Each of our
-estimators keeps its object here, built from its options on first use: it holds the history that must survive from
-step to step (and that the checkpoint hooks save and the prompt sampler reads). What one step needs beyond that
-travels in its channel (``bv_blend/verl/channel.py``).
+estimators keeps its object here: it holds the history that must survive from step to step (and that the checkpoint
+hooks save and the prompt sampler reads). The trainer's is built at its start (:func:`start_run`), its options parsed
+once for the run; outside a trainer (the labs, tests) an estimator is built on first use from the config it is given.
+What one step needs beyond that travels in its channel (``bv_blend/verl/channel.py``).
 
 It is one holder, :data:`RUN`: the estimators, the trainer's config, the history sampler, and the errors of hooks
 that could not be installed (raised at trainer start rather than lost in a log).
@@ -28,13 +29,17 @@ class Process(NamedTuple):
 
     options: Any  # the record's GlueOptions
     estimator: Any  # what options.build() made
+    # The trainer's ``config.algorithm`` node whose options trainer start parsed for it (``start_run``): verl passes
+    # this node to every step, which then takes the process as is. ``None``: built on first use outside a trainer.
+    algorithm: Any = None
 
 
 @dataclass
 class Run:
     """Everything this process holds across the steps of its training run."""
 
-    processes: dict[str, Process] = field(default_factory=dict)  # record name -> its estimator, built on first use
+    # record name -> its estimator: the trainer's, built at its start, or built on first use outside a trainer
+    processes: dict[str, Process] = field(default_factory=dict)
     config: Any = None  # the trainer's full config, set at trainer start (the prompt sampler reads its estimator's)
     sampler: Any = None  # the history sampler that draws the training batches, if one does
     hook_errors: list[str] = field(default_factory=list)  # hooks that could not be installed, raised at trainer start
@@ -43,9 +48,21 @@ class Run:
 RUN = Run()
 
 
-def start_run(config: Any) -> None:
-    """Record the full config of the trainer this process runs (the prompt sampler reads its estimator's)."""
+def start_run(config: Any, name: str | None = None) -> Process | None:
+    """Trainer start: build the estimator ``name`` the trainer's config selects (``None``: none of ours), its options
+    parsed here once for the run, and hold the trainer's full config (the prompt sampler reads its estimator's).
+
+    Every later call with the trainer's ``config.algorithm`` node (each step's, the checkpoint hooks', the sampler's)
+    takes this process without reading the options again, so the trainer's options are those of its start.
+    """
+    process = None
+    if name is not None:
+        algorithm = config.algorithm
+        process = process_for(name, algorithm)  # bad options, a missing codebook fail here
+        if process.algorithm is not algorithm:
+            process = RUN.processes[name] = process._replace(algorithm=algorithm)
     RUN.config = config
+    return process
 
 
 def run_config() -> Any:
@@ -66,17 +83,18 @@ def sampler_metrics(process: Process) -> dict[str, float]:
 
 
 def process_for(name: str, algorithm_config: Any) -> Process:
-    """The process's estimator ``name`` for these options: the one this step's channel carries, the one held, or a new
-    one (which validates the options and loads what it needs, such as a codebook).
+    """The process's estimator ``name`` for these options: the trainer's, the one held, or a new one.
 
-    A process runs one training job, so the options never change in practice; if they do (tests, notebooks), a new
-    estimator with a fresh history replaces the old one, with a warning.
+    With the trainer's own ``config.algorithm`` node (what verl passes to every step), it is the process trainer start
+    built (:func:`start_run`), and the options are not read again. Any other config (the labs, tests that call verl's
+    ``compute_advantage`` directly, a notebook) is read and validated: the held estimator serves it when its options
+    are equal, and the first use builds one (which loads what it needs, such as a codebook). If the options changed,
+    a new estimator with a fresh history replaces the old one, with a warning.
     """
-    step = current_step()
-    if step is not None and step.process is not None and name == step.process.options.NAME:
-        return step.process  # the hook parsed this step's options once already
-    options = BY_NAME[name].options_class().from_algorithm(algorithm_config)
     held = RUN.processes.get(name)
+    if held is not None and held.algorithm is not None and held.algorithm is algorithm_config:
+        return held  # the trainer's options, parsed once at its start
+    options = BY_NAME[name].options_class().from_algorithm(algorithm_config)
     if held is not None and held.options == options:
         return held
     if held is not None and getattr(held.estimator, "num_updates", 0) > 0:
