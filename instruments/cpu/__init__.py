@@ -91,6 +91,10 @@ def cpu_env(base: dict[str, str] | None = None, kv_cache_gib: int = 1) -> dict[s
         TOKENIZERS_PARALLELISM="false",
         WANDB_MODE="disabled",
         RAY_DEDUP_LOGS="0",
+        # Ray renices its workers to 15, under anything else on the machine: beside a busy process at nice 0 (a test
+        # worker, a second run) the trainer's actors and vLLM's engine get a few percent of a core, and a weight sync
+        # that takes 2 s alone missed its 60 s deadline (tests/e2e, three pytest-xdist workers on 2 cores).
+        RAY_worker_niceness="0",
     )
     return env
 
