@@ -198,3 +198,19 @@ def test_warmup_ratio_gives_whole_steps(composed):
     optim = composed[MAIN_CONFIG].actor_rollout_ref.actor.optim
     warmup = optim.lr_warmup_steps_ratio * composed[MAIN_CONFIG].trainer.total_training_steps
     assert math.isclose(warmup, round(warmup))
+
+
+def test_each_paper_config_says_what_it_reduces_to_at_the_papers_scale(capsys):
+    """scripts/paper_visits.py on the real composed configs, at OpenR1-Math's 45,000 prompts: the main run visits
+    a prompt 0.18 times (16 x 500 / 45,000), so no row has a prompt history; SPO at 128 prompts a step comes back
+    after step 352 (0.42 / 1.42 of its rows); the priors config acts on every row."""
+    from tests._scripts import load_script
+
+    assert load_script("paper_visits").main(["qwen25_math_7b", "spo", "bv_blend_n2", "bv_blend_n2_priors"]) == 0
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| `paper/")}  # fmt: skip
+    assert rows["paper/qwen25_math_7b"][4:6] == ["0.18", "0.00"]
+    assert "the cluster level (the codebook)" in rows["paper/qwen25_math_7b"][6]
+    assert rows["paper/spo"][4:6] == ["1.42", "0.30"]
+    assert rows["paper/bv_blend_n2"][4:6] == ["0.71", "0.00"] and "never has a history" in rows["paper/bv_blend_n2"][6]
+    assert rows["paper/bv_blend_n2_priors"][5] == "1.00"
