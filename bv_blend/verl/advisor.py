@@ -128,27 +128,15 @@ def _levels(record: EstimatorRecord, options: Any) -> tuple[str, tuple[str, ...]
     return f"{spell}={current}", (f"{levels} (the cluster's history acts on every row whose cluster was seen)",)
 
 
-@dataclass
-class _Held:
-    """The advice of the run this process trains, for the config it was made from (the legacy advantage step sees
-    no trainer: it finds the advice by ``runtime.RUN.config``)."""
-
-    config: Any = None
-    advice: Advice | None = None
-
-
-_HELD = _Held()
-
-
 def advise_trainer(trainer: Any) -> Advice | None:
     """The trainer hooks' entry: advise ``trainer``'s run once (the warning, if any, is logged then) and hold the
-    advice; ``None`` where there is none, or where the trainer has no training set yet (verl's V1 trainer before
-    ``init()``). Never raises: the advisor must not fail a run."""
+    advice in ``runtime.RUN``; ``None`` where there is none, or where the trainer has no training set yet (verl's V1
+    trainer before ``init()``). Never raises: the advisor must not fail a run."""
     config = getattr(trainer, "config", None)
     if config is None or selected_record(config) is None:
         return None
-    if _HELD.config is config:
-        return _HELD.advice
+    if runtime.RUN.advised is config:
+        return runtime.RUN.advice
     dataset = getattr(trainer, "train_dataset", None)
     if dataset is None:
         logger.debug("bv_blend advisor: the trainer has no train_dataset yet (verl's V1 trainer builds it in init()); "
@@ -159,7 +147,7 @@ def advise_trainer(trainer: Any) -> Advice | None:
     except Exception:  # advice only: whatever it cannot read, the run goes on without it
         logger.debug("bv_blend advisor: skipped, the run's sizes could not be read.", exc_info=True)
         advice = None
-    _HELD.config, _HELD.advice = config, advice
+    runtime.RUN.advised, runtime.RUN.advice = config, advice
     message = advice.warning() if advice is not None else None
     if message is not None:
         logger.warning(message)
@@ -172,7 +160,8 @@ def step_metrics(trainer: Any = None) -> dict[str, float]:
     if trainer is not None:
         advice = advise_trainer(trainer)
     else:
-        advice = _HELD.advice if _HELD.config is not None and _HELD.config is runtime.RUN.config else None
+        run = runtime.RUN
+        advice = run.advice if run.advised is not None and run.advised is run.config else None
     return advice.metrics() if advice is not None else {}
 
 

@@ -7,8 +7,8 @@ hooks save and the prompt sampler reads). The trainer's is built at its start (:
 once for the run; outside a trainer (the labs, tests) an estimator is built on first use from the config it is given.
 What one step needs beyond that travels in its channel (``bv_blend/verl/channel.py``).
 
-It is one holder, :data:`RUN`: the estimators, the trainer's config, the history sampler, and the errors of hooks
-that could not be installed (raised at trainer start rather than lost in a log).
+It is one holder, :data:`RUN`: the estimators, the trainer's config, the history sampler, the start-time advice, and
+the errors of hooks that could not be installed (raised at trainer start rather than lost in a log).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class Run:
     processes: dict[str, Process] = field(default_factory=dict)
     config: Any = None  # the trainer's full config, set at trainer start (the prompt sampler reads its estimator's)
     sampler: Any = None  # the history sampler that draws the training batches, if one does
+    advised: Any = None  # the trainer config the start-time advisor has read (bv_blend/verl/advisor.py) ...
+    advice: Any = None  # ... and its advice (None: nothing to advise for that run)
     hook_errors: list[str] = field(default_factory=list)  # hooks that could not be installed, raised at trainer start
 
 
@@ -118,7 +120,7 @@ def reset(name: str | None = None) -> None:
     (for tests and the lab)."""
     if name is None:
         RUN.processes.clear()
-        RUN.config = RUN.sampler = None
+        RUN.config = RUN.sampler = RUN.advised = RUN.advice = None
     else:
         RUN.processes.pop(name, None)
     close_all()
