@@ -23,5 +23,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BVBlendConfig", "BVBlendEstimator", "SPOConfig", "SPOEstimator"]
+__all__ = [*_LAZY]
 __version__ = "0.1.0"

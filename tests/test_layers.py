@@ -64,6 +64,16 @@ def test_every_top_level_package_has_a_layer():
         assert tops <= set(layers), f"give {sorted(tops - set(layers))} a layer here and in docs/architecture.md"
 
 
+def _upward(root: str, layers: dict[str, int], source: str, parts: list[str]) -> list[str]:
+    """The import ``parts`` of a module of layer ``layers[source]`` under ``root``, if it goes sideways or up there."""
+    if parts[0] != root or len(parts) < 2 or parts[1] not in layers:
+        return []
+    target = parts[1]
+    if target == source or layers[target] < layers[source]:
+        return []
+    return [f"{'.'.join(parts)} (layer {layers[target]} from layer {layers[source]})"]
+
+
 def _wrong_imports(path: Path) -> list[str]:
     """The product's rules."""
     source = _top(path, PACKAGE)
@@ -74,10 +84,7 @@ def _wrong_imports(path: Path) -> list[str]:
             wrong.append(f"{name} (verl, below the glue)")
         if parts[0] == "instruments":
             wrong.append(f"{name} (an instrument, from the product)")
-        if parts[0] == "bv_blend" and len(parts) > 1 and parts[1] in LAYERS:
-            target = parts[1]
-            if target != source and LAYERS[target] >= LAYERS[source]:
-                wrong.append(f"{name} (layer {LAYERS[target]} from layer {LAYERS[source]})")
+        wrong += _upward("bv_blend", LAYERS, source, parts)
     return wrong
 
 
@@ -91,10 +98,7 @@ def _wrong_instrument_imports(path: Path) -> list[str]:
             wrong.append(f"{name} (verl, from the instruments' shared layer)")
         if any(name == f or name.startswith(f + ".") for f in INSTRUMENT_FORBIDDEN.get(source, ())):
             wrong.append(f"{name} (the plugin's glue, from {source})")
-        if parts[0] == "instruments" and len(parts) > 1 and parts[1] in INSTRUMENT_LAYERS:
-            target = parts[1]
-            if target != source and INSTRUMENT_LAYERS[target] >= INSTRUMENT_LAYERS[source]:
-                wrong.append(f"{name} (layer {INSTRUMENT_LAYERS[target]} from layer {INSTRUMENT_LAYERS[source]})")
+        wrong += _upward("instruments", INSTRUMENT_LAYERS, source, parts)
     return wrong
 
 
