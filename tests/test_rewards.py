@@ -18,6 +18,12 @@ from bv_blend.paper.rewards import VerifierPool, answer_parses, compute_score, g
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402
 
+# One worker runs this module's tests in file order, as a single process did before the suite ran on pytest-xdist: the
+# tests share the process-wide VerifierPool, whose workers carry state from test to test, and with the tests spread
+# over three workers the killed-worker count of test_a_worker_past_the_deadline_is_killed_and_replaced came out 0
+# once (fresh-clone run of 9542019).
+pytestmark = pytest.mark.xdist_group("rewards")
+
 # An answer whose sympy evaluation never finishes (9^(9^(9^(9^9))) has astronomically many digits).
 HANGING = r"The answer is \boxed{9^{9^{9^{9^{9}}}}}"
 

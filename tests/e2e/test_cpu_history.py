@@ -133,6 +133,21 @@ def test_the_resume_continued_the_history(run: HistoryRun) -> None:
     )
 
 
+def test_the_advisor_planned_each_processs_revisits_in_verls_trainer(run: HistoryRun) -> None:
+    """The start-time advisor's metrics (bv_blend/verl/advisor.py) through verl's real V1 and legacy trainers, at every
+    step: N = 16 prompts, B = 8 a step, the history sampler's independent batches, s = the steps the process was
+    asked for. V = s B / N; the share with a prompt history is 1 - N (1 - (1 - B/N)^s) / (s B): the first process
+    (s = 2) 1.0 and 1 - 12/16; the resumed BV-Blend process (s = 4) 2.0 and 1 - 15/32; the resumed SPO one (s = 3)
+    1.5 and 1 - 14/24."""
+    expected = {2: (1.0, 1 - 12 / 16), 3: (1.5, 1 - 14 / 24), 4: (2.0, 1 - 15 / 32)}
+    for log, steps in (("first.jsonl", FIRST_STEPS), ("second.jsonl", run.method.resume_steps)):
+        metrics = read_metrics(run.work / log)
+        visits, share = expected[steps]
+        logged = len(metrics)
+        assert metrics["advisor/visits_per_prompt"].tolist() == pytest.approx([visits] * logged), log
+        assert metrics["advisor/prompt_history_row_share"].tolist() == pytest.approx([share] * logged), log
+
+
 def test_no_process_outlives_its_run(run: HistoryRun) -> None:
     for process in run.launches:
         assert processes_of_run(process.run_id) == [], f"processes of run {process.run_id} are still alive"
