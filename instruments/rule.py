@@ -70,3 +70,12 @@ def headroom(limit: Interval, baseline: Interval) -> float:
     """How far a limit's difference to the reference is ahead of a runnable baseline's (REINFORCE++ n = 1), in held-
     out pass rate: positive where the limit leaves something to build."""
     return limit.value - baseline.value
+
+
+def best_package_arm(differences: Mapping[str, Interval], package_arms: frozenset[str]) -> str:
+    """The arm of the package (BV-Blend, SPO) with the largest mean paired difference to the reference in one
+    instrument: the third arm of the learning-rate check (docs/regime.md, addendum)."""
+    candidates = [arm for arm in differences if arm in package_arms]
+    if not candidates:
+        raise ValueError(f"none of {sorted(differences)} is one of the package's arms {sorted(package_arms)}")
+    return max(candidates, key=lambda arm: differences[arm].value)

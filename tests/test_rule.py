@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from instruments import rule
 from instruments.rule import AHEAD, BEHIND, LEVEL, headroom, recommend, verdict
 from instruments.stats import Interval
 
@@ -35,3 +38,30 @@ def test_without_a_qualifying_arm_the_reference_stays():
 
 def test_headroom_is_the_limits_lead_over_the_baseline():
     assert headroom(Interval(0.09, 0.07, 0.11), Interval(0.03, 0.01, 0.05)) == 0.09 - 0.03
+
+
+def test_the_package_s_best_arm_is_its_largest_difference() -> None:
+    differences = {"grpo2": Interval(0.05, 0.01, 0.09), "bv1": Interval(0.02, -0.01, 0.05),
+                   "spo1": Interval(0.03, -0.02, 0.08)}
+    assert rule.best_package_arm(differences, frozenset({"bv1", "spo1"})) == "spo1"
+    with pytest.raises(ValueError, match="package's arms"):
+        rule.best_package_arm(differences, frozenset({"bv8"}))
+
+
+def test_priors_counted_in_the_budget_move_the_final_value_back() -> None:
+    import numpy as np
+
+    from instruments.regime import final_with_priors
+
+    curves = np.array([[0.1, 0.2, 0.4], [0.0, 0.3, 0.5]])
+    x = np.array([0, 50, 100])
+    assert final_with_priors(curves, x, 0).tolist() == [0.4, 0.5]
+    assert final_with_priors(curves, x, 25).tolist() == pytest.approx([0.3, 0.4])
+    assert final_with_priors(curves, x, 400).tolist() == [0.1, 0.0]  # the priors spent the whole budget
+
+
+def test_a_summary_names_only_regime_arms() -> None:
+    from instruments.regime import InstrumentSummary
+
+    with pytest.raises(ValueError, match="not regime arms"):
+        InstrumentSummary("token_lab", "", "", [0], {}, {"grpo16": None})  # type: ignore[dict-item]

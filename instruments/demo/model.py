@@ -36,10 +36,11 @@ class TinyModelSpec:
     seed: int = 0
 
 
-def build_tokenizer(vocab_size: int, seed: int = 0, exclude: Collection[str] = ()) -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int, seed: int = 0, exclude: Collection[str] = (),
+                    task: str = "demo") -> PreTrainedTokenizerFast:
     """A BPE tokenizer trained on the task's text, leaving out the questions in ``exclude`` (the held-out split)."""
     corpus = []
-    for p in make_problems(4000, seed=seed + 1000, exclude=exclude):
+    for p in make_problems(4000, seed=seed + 1000, exclude=exclude, task=task):
         corpus += [p.question, p.target]
     corpus += ["user", "assistant", "system"]
     tokenizer = Tokenizer(models.BPE())

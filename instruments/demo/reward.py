@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from instruments.cpu.launch import verl_rule_score
-from instruments.demo.task import FAMILIES, GSM8K_SOURCE
+from instruments.demo.task import GSM8K_SOURCE, TASKS
 
 PATH = "pkg://instruments.demo.reward"
 NAME = "compute_score"
@@ -26,8 +26,9 @@ ANSWER_MARK = "####"  # the verifier accepts "#### <answer>" only (verl/utils/re
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None,
                   **_: Any) -> float:
     """1.0 iff ``solution_str`` contains ``#### <ground_truth>``, exactly as verl scores GSM8K."""
-    if data_source not in FAMILIES:
-        raise ValueError(f"data_source {data_source!r} is not a family of the demo's task ({sorted(FAMILIES)}); "
+    if not any(data_source in families for families in TASKS.values()):
+        names = sorted(name for families in TASKS.values() for name in families)
+        raise ValueError(f"data_source {data_source!r} is not a family of the demo's tasks ({names}); "
                          "this reward function only scores parquet files written by instruments.demo.task.write_task")
     return verl_rule_score(GSM8K_SOURCE, solution_str, ground_truth)
 

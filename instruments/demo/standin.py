@@ -50,6 +50,7 @@ class StandinSettings:
     seed: int = 0  # model, warm-up and split
     rl_seed: int = 0  # order of training prompts and sampling
     cache: str = ""  # folder for warmed-up models, reused by runs with the same warm-up settings
+    task: str = "demo"  # instruments/demo/task.TASKS: the demo's, or the no-revisit regime's wider one
 
 
 @dataclass
@@ -129,15 +130,16 @@ def held_out_pass_rates(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerF
 def warmed_up_model(s: StandinSettings, held_out: set[str]) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """The demo's model and warm-up (instruments/demo/pipeline.prepare_model); cached in ``s.cache`` if given."""
     torch.set_num_threads(1)
-    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out)
+    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out, task=s.task)
     model = tiny.build_model(tiny.TinyModelSpec(seed=s.seed), tokenizer)
-    cached = (Path(s.cache) / f"warmup{s.warmup_steps}_format{s.format_share}_seed{s.seed}_val{s.val_prompts}.pt"
-              if s.cache else None)
+    task = "" if s.task == "demo" else f"_{s.task}"  # the demo's cache names as they were
+    name = f"warmup{s.warmup_steps}_format{s.format_share}_seed{s.seed}_val{s.val_prompts}{task}.pt"
+    cached = Path(s.cache) / name if s.cache else None
     if cached is not None and cached.is_file():
         model.load_state_dict(torch.load(cached))
         return model.eval(), tokenizer
     supervised_warmup(model, tokenizer, s.warmup_steps, batch_size=32, lr=1e-3, seed=s.seed, exclude=held_out,
-                      format_share=s.format_share)
+                      format_share=s.format_share, task=s.task)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), cached)

@@ -88,18 +88,48 @@ FAMILIES = {
 }
 
 
-def make_problems(n: int, seed: int, exclude: Collection[str] = ()) -> list[Problem]:
-    """``n`` problems drawn evenly over the families (round robin), reproducible from ``seed``.
+# The widened task of the no-revisit regime (issue 29, docs/lab_token.md): enough distinct problems per family for
+# a pool of 1,024 a family that no run draws twice. The same five wordings-and-kinds, from easy to hard, with
+# wider operands: copying three digits instead of two; a 0-4 added to a number up to 199 (was: both 0-4); a digit
+# added to a number up to 99 (was: two digits); times tables up to 99 x 12 (was: 12 x 12); two-digit sums as big_sum's.
+# Its own family names, so that no report mixes the two tasks' families.
+WIDE_FAMILIES = {
+    f.name: f
+    for f in (
+        Family("echo3", ("Repeat the number {a}.", "Write down {a}."), (0, 999), (0, 0), lambda a, b: a),
+        Family("plus_tiny", ("What is {a} + {b}?", "{a} plus {b} equals what?"), (0, 199), (0, 4),
+               lambda a, b: a + b),
+        Family("plus_digit", ("Add {a} and {b}.", "Find the total of {a} and {b}."), (0, 99), (0, 9),
+               lambda a, b: a + b),
+        Family("times_12", ("Multiply {a} by {b}.", "What is the product of {a} and {b}?"), (2, 99), (2, 12),
+               lambda a, b: a * b),
+        Family("sum_2digit", ("Compute the sum of {a} and {b}.", "How much is {a} plus {b} in total?"), (10, 99),
+               (10, 99), lambda a, b: a + b),
+    )
+}
+TASKS = {"demo": FAMILIES, "wide": WIDE_FAMILIES}
+
+
+def families_of(task: str) -> dict[str, Family]:
+    """The families of a task: ``demo`` (the demo's) or ``wide`` (the no-revisit regime's)."""
+    if task not in TASKS:
+        raise ValueError(f"task {task!r} is not one of {sorted(TASKS)}")
+    return TASKS[task]
+
+
+def make_problems(n: int, seed: int, exclude: Collection[str] = (), task: str = "demo") -> list[Problem]:
+    """``n`` problems drawn evenly over the task's families (round robin), reproducible from ``seed``.
 
     Questions in ``exclude`` (the held-out split) are never drawn.
     """
     excluded = set(exclude)
-    for family in FAMILIES.values():
+    families = families_of(task)
+    for family in families.values():
         # only a family with no more prompts than the exclusion list can be excluded whole
         if family.size <= len(excluded) and all(p.question in excluded for p in family.space()):
             raise ValueError(f"every prompt of family '{family.name}' is excluded; hold out fewer prompts")
     rng = random.Random(seed)
-    families = list(FAMILIES.values())
+    families = list(families.values())
     problems = []
     for i in range(n):
         problem = families[i % len(families)].draw(rng)
@@ -109,14 +139,34 @@ def make_problems(n: int, seed: int, exclude: Collection[str] = ()) -> list[Prob
     return problems
 
 
-def held_out_problems(n: int, seed: int) -> list[Problem]:
+def distinct_problems(n: int, seed: int, exclude: Collection[str] = (), task: str = "demo") -> list[Problem]:
+    """``n`` problems evenly over the task's families (round robin), no question twice and none in ``exclude``.
+
+    The no-revisit regime's pools (issue 29): a run that walks them once never sees a prompt twice. Raises
+    ValueError where a family has too few problems outside ``exclude`` for its share.
+    """
+    excluded = set(exclude)
+    rng = random.Random(seed)
+    families = list(families_of(task).values())
+    shares = [n // len(families) + (i < n % len(families)) for i in range(len(families))]
+    spaces = [[p for p in family.space() if p.question not in excluded] for family in families]
+    for family, space, share in zip(families, spaces, shares, strict=True):
+        if share > len(space):
+            raise ValueError(f"family '{family.name}' of task {task!r} has {len(space)} problems outside the held-out "
+                             f"split, fewer than its share {share} of {n} distinct problems: ask for at most "
+                             f"{min(map(len, spaces)) * len(families)}, or use a wider task ({sorted(TASKS)})")
+    chosen = [rng.sample(space, share) for space, share in zip(spaces, shares, strict=True)]
+    return [chosen[f][i] for i in range(max(shares)) for f in range(len(families)) if i < shares[f]]
+
+
+def held_out_problems(n: int, seed: int, task: str = "demo") -> list[Problem]:
     """``n`` distinct problems, evenly over the families (round robin): the validation split.
 
     Each family's prompts are drawn without replacement from its whole space with ``seed``, so the split never
     repeats a prompt and is the same for every use of the seed.
     """
     rng = random.Random(seed)
-    families = list(FAMILIES.values())
+    families = list(families_of(task).values())
     per_family = [n // len(families) + (i < n % len(families)) for i in range(len(families))]
     chosen = []
     for family, k in zip(families, per_family, strict=True):
@@ -163,13 +213,18 @@ def to_verl_frame(problems: list[Problem], split: str, per_family_sources: bool 
     )
 
 
-def write_task(out_dir: Path, n_train: int, n_val: int, seed: int,
-               per_family_sources: bool = False) -> tuple[Path, Path]:
-    """Writes train.parquet (``n_train`` draws) and val.parquet (``n_val`` held-out prompts) under ``out_dir``."""
+def write_task(out_dir: Path, n_train: int, n_val: int, seed: int, per_family_sources: bool = False,
+               task: str = "demo", distinct: bool = False) -> tuple[Path, Path]:
+    """Writes train.parquet (``n_train`` draws) and val.parquet (``n_val`` held-out prompts) under ``out_dir``.
+
+    ``distinct``: the training rows are ``n_train`` different problems (:func:`distinct_problems`), for a run that
+    must never see a prompt twice; otherwise they are drawn with replacement (:func:`make_problems`).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = out_dir / "train.parquet", out_dir / "val.parquet"
-    val = held_out_problems(n_val, seed)
-    train = make_problems(n_train, seed, exclude={p.question for p in val})
+    val = held_out_problems(n_val, seed, task=task)
+    draw = distinct_problems if distinct else make_problems
+    train = draw(n_train, seed, exclude={p.question for p in val}, task=task)
     assert_disjoint([p.question for p in train], [p.question for p in val])
     to_verl_frame(train, "train", per_family_sources).to_parquet(paths[0])
     to_verl_frame(val, "val", per_family_sources).to_parquet(paths[1])

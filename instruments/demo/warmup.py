@@ -61,7 +61,7 @@ def _batch(tokenizer: PreTrainedTokenizerFast, problems: list[Problem],
 
 def supervised_warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, steps: int, batch_size: int = 32,
                       lr: float = 1e-3, seed: int = 0, exclude: Collection[str] = (),
-                      format_share: float = 1.0) -> list[float]:
+                      format_share: float = 1.0, task: str = "demo") -> list[float]:
     """``steps`` AdamW steps on fresh problems, none of whose question is in ``exclude`` (the held-out split);
     returns the loss per step.
 
@@ -76,7 +76,7 @@ def supervised_warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFas
     # answer distribution, which is what sampling at temperature 1 rewards.
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1.0 + math.cos(math.pi * s / steps)))
-    problems = make_problems(steps * batch_size, seed=seed + 2000, exclude=exclude)
+    problems = make_problems(steps * batch_size, seed=seed + 2000, exclude=exclude, task=task)
     style = random.Random(seed + 3000)
     targets = [p.target if style.random() < format_share else str(p.answer) for p in problems]
     losses = []

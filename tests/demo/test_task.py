@@ -77,3 +77,21 @@ def test_problem_index_enumerates_each_distinct_problem_once(family):
     for p in space[:: max(1, len(space) // 50)]:
         operands = [int(x) for x in re.findall(r"\d+", p.question)] + [f.b_range[0]]  # echo has no b
         assert p.answer == f.answer(operands[0], operands[1]) and p.target == f"#### {p.answer}"
+
+
+def test_the_wide_task_gives_a_no_revisit_pool_disjoint_from_its_held_out_split():
+    from instruments.demo.task import WIDE_FAMILIES, distinct_problems
+
+    held_out = {p.question for p in held_out_problems(120, seed=0, task="wide")}
+    pool = distinct_problems(5120, seed=0, exclude=held_out, task="wide")
+    assert len({p.question for p in pool}) == 5120  # no prompt twice: the regime's 80 steps x 64 prompts
+    assert not held_out & {p.question for p in pool}
+    assert pd.Series([p.family for p in pool]).value_counts().to_dict() == {f: 1024 for f in WIDE_FAMILIES}
+    assert not set(WIDE_FAMILIES) & set(FAMILIES)  # its own family names: no report mixes the two tasks
+
+
+def test_a_pool_larger_than_a_family_is_a_clear_error():
+    from instruments.demo.task import distinct_problems
+
+    with pytest.raises(ValueError, match="family 'echo' of task 'demo' has 176 problems outside the held-out split"):
+        distinct_problems(5120, seed=0, exclude={p.question for p in held_out_problems(120, seed=0)})

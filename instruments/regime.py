@@ -1,0 +1,119 @@
+"""The no-revisit regime's arms, declared once for every instrument, and the summary each instrument writes.
+
+Each instrument (the token lab, the logistic lab, verl's CPU comparison) runs these arms in its own way and writes
+one JSON summary (``write_summary``) of what the rule (instruments/rule.py) reads: per arm the paired final
+difference to GRPO n = 8 with its 95% interval and the verdict. ``scripts/regime_report.py`` reads the summaries of
+all three and applies ``rule.recommend`` (docs/regime.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from instruments import rule
+from instruments.stats import Interval
+
+SUMMARY_DIR = Path(__file__).resolve().parents[1] / "docs" / "regime"
+REFERENCE = "grpo8"
+
+
+@dataclass(frozen=True)
+class RegimeArm:
+    key: str
+    label: str
+    n: int  # rollouts per prompt (the oracle allocation: on average)
+    package: bool = False  # runs one of the package's estimators (BV-Blend, SPO): a candidate "best arm"
+    limit: bool = False  # knows the true p: judged, never recommended
+    priors: bool = False  # paid for in offline rollouts: judged with them counted
+
+
+ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
+    RegimeArm(REFERENCE, "GRPO n=8 (reference)", 8),
+    RegimeArm("grpo2", "GRPO n=2", 2),
+    RegimeArm("rpp1", "REINFORCE++ n=1", 1),
+    RegimeArm("bv_cluster1", "BV-Blend cluster level n=1", 1, package=True),
+    RegimeArm("bv_cluster2", "BV-Blend cluster level n=2", 2, package=True),
+    RegimeArm("bv_cluster8", "BV-Blend cluster level n=8", 8, package=True),
+    RegimeArm("spo1", "SPO n=1", 1, package=True),
+    RegimeArm("spo1_priors", "SPO n=1 + offline priors", 1, package=True, priors=True),
+    RegimeArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", 2, package=True, priors=True),
+    RegimeArm("oracle_baseline1", "limit: oracle baseline R - p, n=1", 1, limit=True),
+    RegimeArm("knapsack_grpo2", "limit: oracle allocation (Knapsack) + GRPO, 2 a prompt on average", 2, limit=True),
+)}
+LIMITS = frozenset(key for key, arm in ARMS.items() if arm.limit)
+PACKAGE = frozenset(key for key, arm in ARMS.items() if arm.package)
+HEADROOM_BASE = "rpp1"
+
+
+@dataclass
+class ArmSummary:
+    final: Interval  # seed-mean final held-out pass rate
+    difference: Interval  # paired, minus the reference; priors counted for a priors arm
+    reach: Interval  # rollouts to reach the reference's final value, x the reference's (judges nothing)
+    verdict: str = ""
+    training_only: Interval | None = None  # a priors arm: the difference counting training rollouts only
+
+    def __post_init__(self) -> None:
+        self.verdict = rule.verdict(self.difference)
+
+
+@dataclass
+class InstrumentSummary:
+    instrument: str  # "token_lab", "logistic_lab" or "verl_cpu"
+    command: str
+    machine: str
+    seeds: list[int]
+    revisits: dict[str, float]  # the measured visits per prompt: "max" and "mean" over the run's drawn prompts
+    arms: dict[str, ArmSummary]
+    lr_check: dict[str, dict[str, Interval]] = field(default_factory=dict)  # arm -> "x0.5"/"x2" -> difference
+    notes: dict[str, Any] = field(default_factory=dict)  # e.g. the clusters' NMI, the priors' rollouts
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.arms) - set(ARMS))
+        if unknown:
+            raise ValueError(f"{self.instrument}: arms {unknown} are not regime arms ({', '.join(ARMS)})")
+
+
+def write_summary(summary: InstrumentSummary, directory: Path = SUMMARY_DIR) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{summary.instrument}.json"
+    path.write_text(json.dumps(asdict(summary), indent=1) + "\n")
+    return path
+
+
+def read_summary(path: Path) -> InstrumentSummary:
+    data = json.loads(path.read_text())
+    interval = lambda v: None if v is None else Interval(**v)  # noqa: E731
+    arms = {key: ArmSummary(interval(a["final"]), interval(a["difference"]), interval(a["reach"]),
+                            training_only=interval(a.get("training_only"))) for key, a in data["arms"].items()}
+    lr_check = {key: {factor: interval(v) for factor, v in by.items()} for key, by in data.get("lr_check", {}).items()}
+    return InstrumentSummary(data["instrument"], data["command"], data["machine"], data["seeds"], data["revisits"],
+                             arms, lr_check, data.get("notes", {}))
+
+
+def differences(summaries: Mapping[str, InstrumentSummary]) -> dict[str, dict[str, Interval]]:
+    """arm -> instrument -> difference, what ``rule.recommend`` reads."""
+    out: dict[str, dict[str, Interval]] = {}
+    for name, summary in summaries.items():
+        for key, arm in summary.arms.items():
+            if key != REFERENCE:
+                out.setdefault(key, {})[name] = arm.difference
+    return out
+
+
+def final_with_priors(curves: Any, x: Any, prior_rollouts: int) -> Any:
+    """Each seed's pass rate at the budget's end when ``prior_rollouts`` offline rollouts are counted in it.
+
+    ``curves`` (seeds, points) over rollouts ``x`` (the arm's training rollouts at each evaluation, from 0): the run
+    is placed after its priors, so at the reference's final rollouts x[-1] it has trained x[-1] - prior_rollouts;
+    before its first step (a negative training budget) it reads its start value (np.interp holds the end values).
+    """
+    import numpy as np
+
+    curves, x = np.asarray(curves, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    at = x[-1] - prior_rollouts
+    return np.array([np.interp(at, x, curve) for curve in curves])
