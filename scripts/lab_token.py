@@ -24,7 +24,7 @@ from pathlib import Path
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", choices=("quick", "full", "select"), default="quick")
+    parser.add_argument("--suite", choices=("quick", "full", "select", "regime"), default="quick")
     parser.add_argument("--out", type=Path, required=True, help="folder for the result files (resumable)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from DIR; run nothing")
@@ -32,7 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="report path (default: docs/lab_token.md for full, DIR/lab_token.md otherwise)")
     parser.add_argument("--lr-sweep", nargs="?", const="best", default=None, metavar="ARM",
                         help="after the comparison, also run the reference and ARM (default: the arm that comes out "
-                             "best) at x0.5 and x2 the learning rate")
+                             "best; the regime suite: 'regime', REINFORCE++ n=1 and the package's best arm by "
+                             "instruments/rule.py) at x0.5 and x2 the learning rate")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
@@ -40,7 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--lr-sweep is for the comparison suites (quick, full), not for select")
     from instruments.lab.token.arms import ARMS
 
-    if args.lr_sweep not in (None, "best") and args.lr_sweep not in ARMS:
+    if args.suite == "regime" and args.lr_sweep not in (None, "regime"):
+        parser.error(f"--lr-sweep {args.lr_sweep}: the regime suite's check is 'regime' (docs/regime.md)")
+    if args.suite != "regime" and args.lr_sweep not in (None, "best") and args.lr_sweep not in ARMS:
         parser.error(f"--lr-sweep {args.lr_sweep}: not an arm key ({', '.join(ARMS)}), or 'best'")
     if args.report_only:
         if not (args.out / "manifest.json").is_file():
@@ -108,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out / "frozen.json", frozen)
         print(f"[lab_token] frozen settings: lr {frozen['lr']:g}, {frozen['steps']} steps -> {args.out}/frozen.json "
               f"(copy it to {suites.FROZEN} for the full suite)")
+    if suite.name == "regime":
+        from instruments.lab.token import regime
+
+        written = regime.write(results, info, args.out, path)
+        print(f"[lab_token] wrote {written} and its summary for the rule")
+        return 0
     written = report.write_report(results, info, path, frozen)
     print(f"[lab_token] wrote {written}")
     return 0

@@ -17,6 +17,7 @@ from instruments.lab.token import run as run_module
 from instruments.lab.token.run import LabSettings
 from instruments.lab.token.runner import prepare_warmup
 from instruments.lab.token.store import Store
+from instruments.lab.token.suites import Suite
 
 TINY = LabSettings(warmup_steps=5, val_prompts=10, budget=8, steps=2, pool_size=16, eval_every=1, eval_samples=2)
 
@@ -33,7 +34,7 @@ def tiny_cache(tmp_path_factory) -> str:
     """A folder holding the tiny warmed-up model, made once for the session."""
     store = Store(tmp_path_factory.mktemp("lab_token_cache"))
     torch.set_num_threads(1)
-    prepare_warmup(TINY, store)
+    prepare_warmup(Suite("quick", TINY, (), (0,), (1e-4,)), store)
     return str(store.cache)
 
 

@@ -28,9 +28,12 @@ def token_level_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> to
 class TokenAdvantages:
     """Starts the arm's estimator with an empty history; then maps a step's batch to verl's (B, R) advantages."""
 
-    def __init__(self, arm: TokenArm, num_clusters: int) -> None:
+    def __init__(self, arm: TokenArm, num_clusters: int, priors: str | None = None) -> None:
         self.arm = arm
-        self.algorithm = offline.algorithm_config(arm.adv_estimator, arm.algorithm_options(num_clusters))
+        if arm.oracle == "baseline":  # no verl estimator: the run computes R - p (oracle_baseline)
+            self.algorithm = None
+            return
+        self.algorithm = offline.algorithm_config(arm.adv_estimator, arm.algorithm_options(num_clusters, priors))
         offline.reset_history(arm.adv_estimator)
 
     def __call__(
@@ -51,3 +54,9 @@ class TokenAdvantages:
             cluster_ids=np.asarray(cluster_ids),
             **extra,
         )
+
+
+def oracle_baseline(scores: torch.Tensor, response_mask: torch.Tensor, p: np.ndarray) -> torch.Tensor:
+    """(B, R) advantages R - p on every response token: the oracle baseline of the no-revisit regime, a limit (p is
+    the prompt's success rate, estimated from responses that are not rollouts; docs/regime.md, addendum)."""
+    return (scores.float() - torch.as_tensor(p, dtype=torch.float32))[:, None] * response_mask.float()

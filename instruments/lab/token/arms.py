@@ -25,6 +25,8 @@ from bv_blend.verl import offline
 # ``prompt_keys``); ``spo`` keeps a per-prompt value estimate and needs it too.
 PROMPT_HISTORY_LEVELS = ("prompt", "prompt_and_cluster")
 NEEDS_PROMPT_KEYS = frozenset({"spo"})
+PRIOR_OPTION = {"spo": ("spo", "offline_values"), "bv_blend": ("bv_blend", "prior_file")}  # history_spec 4
+ORACLE_BASELINE = "oracle_baseline"  # not a verl estimator: the run computes R - p itself (run.py)
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,14 @@ class TokenArm:
     # A derived arm: after the comparison's other runs, it takes the estimator and options of the best of these
     # arms (highest seed-mean final held-out pass rate; runner.resolve_derived), with its own n and sampler.
     best_of: tuple[str, ...] = ()
+    # A limit of the no-revisit regime (docs/regime.md, addendum): "baseline" (the advantage R - p, p estimated
+    # from extra samples) or "allocation" (the step's rollouts split by p, Knapsack-style, then this estimator).
+    oracle: str = ""
+    priors: bool = False  # reads the suite's offline priors (SPO's offline_values, BV-Blend's prior_file)
 
     @property
     def needs_prompt_keys(self) -> bool:
-        if self.adv_estimator in NEEDS_PROMPT_KEYS:
+        if self.priors or self.adv_estimator in NEEDS_PROMPT_KEYS:
             return True
         level = dict(self.options.get("bv_blend", {})).get("history_level")
         return self.adv_estimator == "bv_blend" and level in PROMPT_HISTORY_LEVELS
@@ -49,11 +55,15 @@ class TokenArm:
     def prompts_per_step(self, budget: int) -> int:
         return budget // self.n
 
-    def algorithm_options(self, num_clusters: int) -> dict[str, Any]:
-        """The options for one run; BV-Blend also gets K (``algorithm.bv_blend.num_clusters``) = the families."""
+    def algorithm_options(self, num_clusters: int, priors: str | None = None) -> dict[str, Any]:
+        """The options for one run; BV-Blend also gets K (``algorithm.bv_blend.num_clusters``), and an arm with
+        priors the path of the suite's prior file (``priors``; the probe runs without it)."""
         options = {key: dict(value) if isinstance(value, Mapping) else value for key, value in self.options.items()}
         if self.adv_estimator == "bv_blend":
             options["bv_blend"] = {**options.get("bv_blend", {}), "num_clusters": num_clusters}
+        if self.priors and priors is not None:
+            section, option = PRIOR_OPTION[self.adv_estimator]
+            options[section] = {**options.get(section, {}), option: priors}
         return options
 
     def resolved(self, winner: TokenArm) -> TokenArm:
@@ -64,7 +74,8 @@ class TokenArm:
     def describe(self) -> dict[str, Any]:
         """What determines this arm's runs (stored in each result file, compared on resume)."""
         return {"label": self.label, "adv_estimator": self.adv_estimator, "options": _plain(self.options),
-                "n": self.n, "sampler": self.sampler, "best_of": list(self.best_of)}
+                "n": self.n, "sampler": self.sampler, "best_of": list(self.best_of),
+                **({"oracle": self.oracle} if self.oracle else {}), **({"priors": True} if self.priors else {})}
 
 
 def bv_blend(key: str, label: str, n: int, sampler: bool = False, **options: Any) -> TokenArm:
@@ -85,11 +96,33 @@ ARMS: dict[str, TokenArm] = {arm.key: arm for arm in (
     TokenArm("rpp1", "REINFORCE++ n=1 (batch baseline)", "reinforce_plus_plus", n=1),  # optional in the issue
 )}
 
+# The no-revisit regime's arms (issue 29), keyed as instruments/regime.ARMS declares them for every instrument.
+REGIME_ARMS: dict[str, TokenArm] = {arm.key: arm for arm in (
+    TokenArm("grpo8", "GRPO n=8", "grpo", n=8),
+    TokenArm("grpo2", "GRPO n=2", "grpo", n=2),
+    TokenArm("rpp1", "REINFORCE++ n=1", "reinforce_plus_plus", n=1),
+    bv_blend("bv_cluster1", "BV-Blend cluster level n=1", n=1),
+    bv_blend("bv_cluster2", "BV-Blend cluster level n=2", n=2),
+    bv_blend("bv_cluster8", "BV-Blend cluster level n=8", n=8),
+    TokenArm("spo1", "SPO n=1", "spo", n=1),
+    TokenArm("spo1_priors", "SPO n=1 + offline priors", "spo", n=1, priors=True),
+    TokenArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", "bv_blend",
+             {"bv_blend": {"history_level": "prompt_and_cluster"}}, n=2, priors=True),
+    TokenArm("oracle_baseline1", "limit: oracle baseline R - p, n=1", ORACLE_BASELINE, n=1, oracle="baseline"),
+    TokenArm("knapsack_grpo2", "limit: Knapsack allocation by p + GRPO (32 prompts)", "grpo", n=2,
+             oracle="allocation"),
+)}
+
+
+ARM_TABLES = {"comparison": ARMS, "regime": REGIME_ARMS}  # a suite's arms come from one of these
+
 
 def unavailable_reason(arm: TokenArm, num_clusters: int = 5) -> str | None:
     """Why this installation cannot run ``arm``, or None when it can (a derived arm: see :func:`derived_reason`)."""
     if arm.best_of:
         return derived_reason(arm, num_clusters)
+    if arm.oracle == "baseline":
+        return None  # computed by the run itself
     name = arm.adv_estimator
     if name not in offline.registered_estimators():
         return f"verl has no advantage estimator {name!r} registered in this installation"

@@ -19,13 +19,13 @@ from collections.abc import Collection
 
 import numpy as np
 
-from instruments.demo.task import FAMILIES, Problem
+from instruments.demo.task import Problem, families_of
 
 
-def training_pool(size: int, seed: int, held_out: Collection[str]) -> list[Problem]:
-    """``size`` problems, round robin over the families, none of them in ``held_out``."""
+def training_pool(size: int, seed: int, held_out: Collection[str], task: str = "demo") -> list[Problem]:
+    """``size`` problems, round robin over the task's families, none of them in ``held_out``."""
     rng = random.Random(seed)
-    families = list(FAMILIES.values())
+    families = list(families_of(task).values())
     shares = [size // len(families) + (i < size % len(families)) for i in range(len(families))]
     chosen = []
     for family, share in zip(families, shares, strict=True):

@@ -21,14 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from instruments.allocation import knapsack_allocation
 from instruments.demo.standin import StandinSettings, held_out_pass_rates, policy_gradient_step, sample, warmed_up_model
-from instruments.demo.task import FAMILIES, held_out_problems
-from instruments.lab.token.advantages import TokenAdvantages
+from instruments.demo.task import Problem, families_of, held_out_problems
+from instruments.lab.token import assets
+from instruments.lab.token.advantages import TokenAdvantages, oracle_baseline
 from instruments.lab.token.arms import TokenArm
 from instruments.lab.token.pool import PromptOrder, sampled_prompts, training_pool
 
-CLUSTER_OF_FAMILY = {family: k for k, family in enumerate(FAMILIES)}  # the 5 families are the 5 clusters
 SIGNAL_THRESHOLD = 1e-6  # a row "has signal" when |A| exceeds this
+KNAPSACK_LOW, KNAPSACK_HIGH = 2, 16  # rollouts a prompt under the oracle allocation: 0 or 2..16 (addendum)
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class LabSettings:
     eval_every: int = 10
     eval_samples: int = 8  # responses per held-out prompt at T=1
     max_new_tokens: int = 16  # the demo's data.max_response_length
+    task: str = "demo"  # instruments/demo/task.TASKS; "wide" for the no-revisit regime
+    clusters: str = "family"  # each prompt's cluster: its family, or the package's codebook of the pool ("codebook")
+    num_clusters: int = 5  # K of the codebook (the families: 5)
+    oracle_samples: int = 8  # extra responses a prompt that estimate p for the oracle arms (not rollouts)
+    prior_samples: int = 8  # offline prior scores a pool prompt (SPO's offline_N)
 
     def eval_steps(self) -> list[int]:
         """Steps after which the held-out pass rate is measured: 0, every ``eval_every``, and the last."""
@@ -64,6 +71,8 @@ class LabSettings:
             if self.pool_size % k:
                 raise ValueError(f"{arm.label}: the pool of {self.pool_size} prompts is not a multiple of its {k} "
                                  "prompts a step (a step would straddle two epochs)")
+        if self.clusters not in ("family", "codebook"):
+            raise ValueError(f"clusters={self.clusters!r}: 'family' or 'codebook'")
         if min(self.steps, self.eval_every, self.eval_samples, self.val_prompts, self.warmup_steps) < 1:
             raise ValueError(f"steps, eval_every, eval_samples, val_prompts and warmup_steps must be >= 1: {self}")
 
@@ -100,23 +109,46 @@ def eval_seed(seed: int, step: int) -> int:
     return 1_000_003 + 10_000 * seed + step
 
 
+def oracle_seed(seed: int, step: int) -> int:
+    return 5_000_011 + 10_000 * seed + step
+
+
+def held_out(settings: LabSettings) -> list[Problem]:
+    return held_out_problems(settings.val_prompts, settings.model_seed, task=settings.task)
+
+
+def pool_of(settings: LabSettings, val: list[Problem]) -> list[Problem]:
+    return training_pool(settings.pool_size, settings.model_seed, {p.question for p in val}, task=settings.task)
+
+
+def true_success(model, tokenizer, problems: list[Problem], settings: LabSettings, seed: int, step: int) -> np.ndarray:
+    """The oracle's p of each prompt: the share of ``oracle_samples`` extra responses that pass, drawn under a seed
+    of their own (they do not move the run's training stream, and no rollout is spent on them)."""
+    m = settings.oracle_samples
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(oracle_seed(seed, step))
+        scores = sample(model, tokenizer, problems, m, settings.max_new_tokens).scores
+    return scores.view(len(problems), m).float().mean(1).numpy()
+
+
 def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
         on_step: Callable[[dict[str, Any]], None] | None = None) -> RunRecord:
     """Run ``arm`` from the cached warmed-up model; ``on_step`` (tests) sees each step's batch and advantages."""
     if arm.best_of:
         raise ValueError(f"{arm.label} is a derived arm: resolve it (runner.resolve_derived) before running it")
-    val = held_out_problems(settings.val_prompts, settings.model_seed)
-    held_out = {p.question for p in val}
-    model, tokenizer = warmed_up_model(settings.standin(cache), held_out)
-    pool = training_pool(settings.pool_size, settings.model_seed, held_out)
+    val = held_out(settings)
+    families = families_of(settings.task)
+    model, tokenizer = warmed_up_model(settings.standin(cache), {p.question for p in val})
+    pool = pool_of(settings, val)
     keys = np.array([p.question for p in pool])
-    clusters = np.array([CLUSTER_OF_FAMILY[p.family] for p in pool])
+    clusters = assets.load_clusters(settings, cache, pool)
     order, sampler_rng = PromptOrder(len(pool), seed), np.random.default_rng([seed, 1])
-    advantages = TokenAdvantages(arm, len(FAMILIES))
+    priors = str(assets.priors_path(settings, cache)) if arm.priors else None
+    advantages = TokenAdvantages(arm, settings.num_clusters, priors)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
     k, n = arm.prompts_per_step(settings.budget), arm.n
     eval_at = set(settings.eval_steps())
-    record = RunRecord(arm.key, seed, lr, [], [], {f: [] for f in FAMILIES}, [], [], [], [], [0] * len(pool))
+    record = RunRecord(arm.key, seed, lr, [], [], {f: [] for f in families}, [], [], [], [], [0] * len(pool))
 
     def evaluate(step: int) -> None:
         tic = time.perf_counter()
@@ -126,7 +158,7 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
         record.eval_seconds += time.perf_counter() - tic
         record.eval_steps.append(step)
         record.pass_rate.append(rates["all"])
-        for family in FAMILIES:
+        for family in families:
             record.per_family[family].append(rates[family])
 
     cpu_start = time.process_time()  # CPU time: what the cost projections use on a shared machine
@@ -135,18 +167,30 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
     for step in range(1, settings.steps + 1):
         tic = time.perf_counter()
         chosen = sampled_prompts(advantages.algorithm, keys, clusters, k, sampler_rng) if arm.sampler else order.take(k)
-        rollouts = sample(model, tokenizer, [pool[i] for i in chosen], n, settings.max_new_tokens)
-        rows = np.repeat(chosen, n)
-        uids = np.repeat(np.array([f"{step}:{j}" for j in range(k)], dtype=object), n)
+        p_true = (true_success(model, tokenizer, [pool[i] for i in chosen], settings, seed, step)
+                  if arm.oracle else None)
+        sizes = np.full(len(chosen), n)
+        if arm.oracle == "allocation":
+            sizes = knapsack_allocation(p_true, settings.budget, KNAPSACK_LOW, KNAPSACK_HIGH)
+            chosen, p_true, sizes = chosen[sizes > 0], p_true[sizes > 0], sizes[sizes > 0]
+        # a group of N_i rows is its prompt repeated N_i times, each sampled once (groups may differ in size)
+        problems = [pool[i] for i, size in zip(chosen, sizes, strict=True) for _ in range(size)]
+        rollouts = (sample(model, tokenizer, [pool[i] for i in chosen], n, settings.max_new_tokens)
+                    if arm.oracle != "allocation" else sample(model, tokenizer, problems, 1, settings.max_new_tokens))
+        rows = np.repeat(chosen, sizes)
+        uids = np.repeat(np.array([f"{step}:{j}" for j in range(len(chosen))], dtype=object), sizes)
         toc = time.perf_counter()
-        adv = advantages(rollouts.scores, rollouts.response_mask, uids, clusters[rows], keys[rows])
+        if arm.oracle == "baseline":
+            adv = oracle_baseline(rollouts.scores, rollouts.response_mask, np.repeat(p_true, sizes))
+        else:
+            adv = advantages(rollouts.scores, rollouts.response_mask, uids, clusters[rows], keys[rows])
         record.advantage_seconds += time.perf_counter() - toc
         if not torch.isfinite(adv).all():
             raise FloatingPointError(f"{arm.label}, seed {seed}, lr {lr}: non-finite advantages at step {step}")
         if on_step is not None:
             on_step({"step": step, "rollouts": rollouts, "uids": uids, "cluster_ids": clusters[rows],
                      "prompt_keys": keys[rows], "advantages": adv, "algorithm": advantages.algorithm})
-        _record_step(record, rollouts.scores, adv, n)
+        _record_step(record, rollouts.scores, adv, sizes)
         for i in chosen:
             record.visits[i] += 1
         policy_gradient_step(model, optimizer, rollouts, adv)
@@ -157,10 +201,10 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
     return record
 
 
-def _record_step(record: RunRecord, scores: torch.Tensor, advantages: torch.Tensor, n: int) -> None:
-    groups = scores.view(-1, n)
+def _record_step(record: RunRecord, scores: torch.Tensor, advantages: torch.Tensor, sizes: np.ndarray) -> None:
+    groups = torch.split(scores, sizes.tolist())
     record.reward.append(float(scores.float().mean()))
-    record.all_equal.append(float((groups == groups[:, :1]).all(1).float().mean()))
+    record.all_equal.append(float(np.mean([bool((g == g[0]).all()) for g in groups])))
     abs_adv = advantages.abs()
     record.signal.append(float((abs_adv.amax(1) > SIGNAL_THRESHOLD).float().mean()))
     record.max_abs.append(float(abs_adv.max()))

@@ -22,10 +22,9 @@ from tqdm import tqdm
 
 from instruments import stats
 from instruments.demo.standin import warmed_up_model
-from instruments.demo.task import FAMILIES, held_out_problems
+from instruments.lab.token import assets, selection
 from instruments.lab.token import run as run_module
-from instruments.lab.token import selection
-from instruments.lab.token.arms import ARMS, REFERENCE, TokenArm, unavailable_reason
+from instruments.lab.token.arms import REFERENCE, TokenArm, unavailable_reason
 from instruments.lab.token.run import LabSettings, RunRecord
 from instruments.lab.token.store import Store
 from instruments.lab.token.suites import LR_SWEEP_FACTORS, Suite
@@ -64,15 +63,15 @@ def run_suite(suite: Suite, out: Path, jobs: int = 1, lr_sweep: str | None = Non
     store.open(suite.name, suite.settings)
     results = collect(suite, out)
     for key, reason in results.unavailable.items():
-        log(f"[lab_token] {ARMS[key].label}: unavailable, skipped: {reason}")
-    prepare_warmup(suite.settings, store)
-    fixed = [results.arms[key] for key in suite.arms if key not in results.unavailable and not ARMS[key].best_of]
+        log(f"[lab_token] {suite.table[key].label}: unavailable, skipped: {reason}")
+    prepare_warmup(suite, store)
+    fixed = [results.arms[key] for key in suite.arms if key not in results.unavailable and not suite.table[key].best_of]
     execute(suite, store, [Task(arm, seed, lr) for arm in fixed for seed in suite.seeds for lr in suite.lrs],
             jobs, "runs")
     results = collect(suite, out)
-    derived = [results.arms[key] for key in suite.arms if ARMS[key].best_of and key not in results.unavailable]
+    derived = [results.arms[key] for key in suite.arms if suite.table[key].best_of and key not in results.unavailable]
     for key, why in results.pending.items():
-        log(f"[lab_token] {ARMS[key].label}: not run: {why}")
+        log(f"[lab_token] {suite.table[key].label}: not run: {why}")
     execute(suite, store, [Task(arm, seed, suite.lr) for arm in derived if not arm.best_of for seed in suite.seeds],
             jobs, "derived runs")
     results = collect(suite, out)
@@ -89,19 +88,19 @@ def run_suite(suite: Suite, out: Path, jobs: int = 1, lr_sweep: str | None = Non
 def collect(suite: Suite, out: Path, lr_sweep: str | None = None) -> SuiteResults:
     """Read the finished runs of ``suite`` from ``out`` (runs nothing); resolves derived arms where it can."""
     store = Store(out)
-    arms = {key: ARMS[key] for key in suite.arms}
+    arms = {key: suite.table[key] for key in suite.arms}
     results = SuiteResults(suite, arms, {}, failures=store.failures())
     for key in suite.arms:
-        reason = unavailable_reason(ARMS[key], len(FAMILIES))
+        reason = unavailable_reason(suite.table[key], suite.settings.num_clusters)
         if reason is not None:
             results.unavailable[key] = reason
     lrs = sorted({*suite.lrs, *(suite.lr * f for f in LR_SWEEP_FACTORS)})
     for key in suite.arms:
-        if ARMS[key].best_of:
+        if suite.table[key].best_of:
             continue
         _load(results, store, arms[key], lrs)
     for key in suite.arms:
-        arm = ARMS[key]
+        arm = suite.table[key]
         if not arm.best_of or key in results.unavailable:
             continue
         # every candidate must have run: resolving among fewer would change the arm when the others land
@@ -115,7 +114,7 @@ def collect(suite: Suite, out: Path, lr_sweep: str | None = None) -> SuiteResult
             results.pending[key] = f"the runs of {unfinished} are not all finished (it takes the best of them)"
             continue
         winner = selection.best_by_final({c: final_values(results.runs(c)) for c in candidates})
-        arms[key] = arm.resolved(ARMS[winner])
+        arms[key] = arm.resolved(suite.table[winner])
         _load(results, store, arms[key], lrs)
     if lr_sweep is not None:
         results.lr_sweep_arms = tuple(lr_sweep_keys(results, lr_sweep))
@@ -135,7 +134,13 @@ def final_values(runs: Sequence[RunRecord]) -> list[float]:
 
 
 def lr_sweep_keys(results: SuiteResults, choice: str) -> list[str]:
-    """The reference and the arm the learning-rate check is for: ``choice`` is an arm key, or "best"."""
+    """The reference and the arms the learning-rate check is for: ``choice`` is an arm key, "best" (the full
+    suite's rule: the fewest rollouts to reach) or "regime" (docs/regime.md: REINFORCE++ n=1 and the package's best
+    arm by instruments.rule.best_package_arm)."""
+    if choice == "regime":
+        from instruments.lab.token import regime
+
+        return regime.lr_check_keys(results)
     if choice != "best":
         if choice not in results.arms:
             raise ValueError(f"--lr-sweep {choice}: not an arm of the suite ({', '.join(results.arms)})")
@@ -152,11 +157,18 @@ def lr_sweep_keys(results: SuiteResults, choice: str) -> list[str]:
     return [REFERENCE, best]
 
 
-def prepare_warmup(settings: LabSettings, store: Store) -> None:
-    """Warm the model up once, here, so that every worker loads it from the cache."""
+def prepare_warmup(suite: Suite, store: Store) -> None:
+    """Warm the model up once, here, so that every worker loads it from the cache; with them, the codebook's
+    clusters of the pool and the offline priors (assets.py)."""
     torch.set_num_threads(1)
-    val = held_out_problems(settings.val_prompts, settings.model_seed)
-    warmed_up_model(settings.standin(str(store.cache)), {p.question for p in val})
+    settings = suite.settings
+    val = run_module.held_out(settings)
+    model, tokenizer = warmed_up_model(settings.standin(str(store.cache)), {p.question for p in val})
+    pool = run_module.pool_of(settings, val)
+    if settings.clusters == "codebook":
+        assets.build_clusters(settings, store.cache, pool)
+    if any(suite.table[key].priors for key in suite.arms):
+        assets.build_priors(settings, store.cache, pool, model, tokenizer)
 
 
 def execute(suite: Suite, store: Store, tasks: Sequence[Task], jobs: int, desc: str) -> None:

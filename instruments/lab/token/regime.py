@@ -1,0 +1,201 @@
+"""The token lab's no-revisit regime (issue 29): its summary for the rule, the learning-rate check's arms, and its
+report (docs/regime/token_lab.md).
+
+Every number the rule reads comes from ``summary``: per arm the final held-out pass rate, the paired difference to
+GRPO n = 8 (an arm with priors: its priors' rollouts counted, instruments.regime.final_with_priors; and once more
+without them), the rollouts-to-reach ratio, the verdict (instruments/rule.py). The learning-rate check runs
+REINFORCE++ n = 1 and the package's best arm (rule.best_package_arm) beside the reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from instruments import regime, rule, stats
+from instruments.lab.token import assets, plots
+from instruments.lab.token.runner import SuiteResults
+from instruments.lab.token.store import Store
+from instruments.lab.token.suites import LR_SWEEP_FACTORS
+
+REFERENCE = regime.REFERENCE
+
+
+def prior_rollouts(results: SuiteResults) -> int:
+    settings = results.suite.settings
+    return settings.prior_samples * settings.pool_size
+
+
+def _curves(results: SuiteResults, key: str, lr: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    runs = results.runs(key, lr)
+    return np.array(runs[0].eval_steps) * results.suite.settings.budget, np.array([r.pass_rate for r in runs])
+
+
+def arm_summary(results: SuiteResults, key: str, lr: float | None = None) -> regime.ArmSummary:
+    """One arm at one learning rate against the reference at the same learning rate, paired by seed."""
+    x_ref, ref = _curves(results, REFERENCE, lr)
+    x, curves = _curves(results, key, lr)
+    final = curves[:, -1]
+    training_only = None
+    if results.suite.table[key].priors:
+        training_only = stats.paired_difference(final, ref[:, -1])
+        paid = prior_rollouts(results)
+        final, x = regime.final_with_priors(curves, x, paid), x + paid
+    return regime.ArmSummary(stats.mean_interval(final), stats.paired_difference(final, ref[:, -1]),
+                             stats.reach_interval(curves, ref, x, x_ref), training_only=training_only)
+
+
+def complete(results: SuiteResults, lr: float | None = None) -> list[str]:
+    return [key for key in results.suite.arms if results.complete(key, lr)]
+
+
+def lr_check_keys(results: SuiteResults) -> list[str]:
+    """The reference, REINFORCE++ n = 1 and the package's best arm (every package arm's x1 runs must be done)."""
+    missing = [key for key in (*regime.PACKAGE, REFERENCE) if not results.complete(key)]
+    if missing:
+        raise ValueError(f"the learning-rate check needs the x1 runs of {sorted(missing)} finished first")
+    differences = {key: arm_summary(results, key).difference for key in regime.PACKAGE}
+    best = rule.best_package_arm(differences, regime.PACKAGE)
+    return list(dict.fromkeys([REFERENCE, regime.HEADROOM_BASE, best]))
+
+
+def revisits(results: SuiteResults) -> dict[str, float]:
+    """Visits of each drawn prompt over every finished x1 run, measured from the runs' own counts."""
+    visits = np.concatenate([np.array(r.visits) for key in complete(results) for r in results.runs(key)])
+    drawn = visits[visits > 0]
+    return {"max": int(visits.max()), "mean": float(drawn.mean()), "prompts_drawn_per_run_max": int(
+        max((np.array(r.visits) > 0).sum() for key in complete(results) for r in results.runs(key)))}
+
+
+def spo_equals_reinforce_pp(results: SuiteResults) -> dict[str, object]:
+    """Whether SPO n = 1 trained exactly as REINFORCE++ n = 1 (same seed: same prompts and sampling stream)."""
+    if not (results.complete("spo1") and results.complete("rpp1")):
+        return {"checked": False}
+    same = [a.pass_rate == b.pass_rate and a.reward == b.reward for a, b in
+            zip(results.runs("spo1"), results.runs("rpp1"), strict=True)]  # fmt: skip
+    return {"checked": True, "identical_seeds": int(sum(same)), "seeds": len(same)}
+
+
+def summary(results: SuiteResults, out: Path, command: str, machine: str) -> regime.InstrumentSummary:
+    """The instrument's summary (instruments/regime.py) from the suite's folder ``out``."""
+    suite = results.suite
+    arms = {key: arm_summary(results, key) for key in complete(results)}
+    lr_check = {}
+    for key in results.lr_sweep_arms:
+        for factor in LR_SWEEP_FACTORS:
+            lr = suite.lr * factor
+            if results.complete(key, lr) and results.complete(REFERENCE, lr):
+                lr_check.setdefault(key, {})[f"x{factor:g}"] = arm_summary(results, key, lr).difference
+    notes: dict[str, object] = {"prior_rollouts": prior_rollouts(results), "pool": suite.settings.pool_size,
+                                "spo1_vs_rpp1": spo_equals_reinforce_pp(results)}
+    clusters = assets.clusters_path(suite.settings, Store(out).cache)
+    if clusters.is_file():
+        saved = json.loads(clusters.read_text())
+        notes["codebook"] = {k: saved[k] for k in ("num_clusters", "nmi_vs_families", "sizes", "encoder")}
+    return regime.InstrumentSummary("token_lab", command, machine, list(suite.seeds), revisits(results), arms,
+                                    lr_check, notes)
+
+
+def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: Path) -> list[str]:
+    """The regime's tables and plots, for docs/regime/token_lab.md."""
+    lines = ["## Arms: the rule's reading (instruments/rule.py)", "",
+             "Final held-out pass rate (seed mean, 95% bootstrap CI); the paired difference to GRPO n=8 (arm minus "
+             "reference, 95% paired bootstrap over seeds) and its verdict; rollouts to reach the reference's final "
+             "value (x the reference's; judges nothing). Priors arms: judged with their "
+             f"{prior_rollouts(results):,} offline rollouts counted; 'training only' leaves them out.", "",
+             "| arm | final | difference to GRPO n=8 | verdict | training only | rollouts to reach |",
+             "|---|---|---|---|---|---|"]
+    for key, arm in found.arms.items():
+        difference = "ref" if key == REFERENCE else _interval(arm.difference, signed=True)
+        verdict = "" if key == REFERENCE else arm.verdict
+        only = _interval(arm.training_only, signed=True) if arm.training_only is not None else ""
+        lines.append(f"| {results.suite.table[key].label} | {_interval(arm.final)} | {difference} | {verdict} | "
+                     f"{only} | {_reach(arm.reach)} |")
+    base = found.arms.get(regime.HEADROOM_BASE)
+    if base is not None:
+        lines += ["", f"How far each limit is from {regime.ARMS[regime.HEADROOM_BASE].label} (rule.headroom: the "
+                  "limit's difference minus REINFORCE++'s, in held-out pass rate):", ""]
+        for key in sorted(regime.LIMITS & set(found.arms)):
+            lead = rule.headroom(found.arms[key].difference, base.difference)
+            lines.append(f"- {regime.ARMS[key].label}: {lead:+.3f}")
+    if found.lr_check:
+        lines += ["", "## Learning-rate check (x0.5, x2; each arm against GRPO n=8 at the same learning rate)", "",
+                  "| arm | x0.5 | x1 | x2 |", "|---|---|---|---|"]
+        for key, by_factor in found.lr_check.items():
+            x1 = found.arms[key].difference if key in found.arms else None
+            cells = [_interval(by_factor.get("x0.5"), signed=True), _interval(x1, signed=True),
+                     _interval(by_factor.get("x2"), signed=True)]
+            lines.append(f"| {results.suite.table[key].label} | " + " | ".join(cells) + " |")
+    series = {results.suite.table[key].label: (np.array(results.runs(key)[0].eval_steps),
+                                               np.array([r.pass_rate for r in results.runs(key)]))
+              for key in found.arms}
+    target = float(np.mean([r.pass_rate[-1] for r in results.runs(REFERENCE)])) if REFERENCE in found.arms else None
+    figure = plots.curves(series, results.suite.settings.budget, path.with_name(f"{path.stem}_curves.png"),
+                          "No-revisit regime: held-out pass rate (95% bands over seeds)", target)
+    lines += ["", f"![curves]({figure.name})", ""]
+    return lines
+
+
+def _interval(interval: stats.Interval | None, signed: bool = False) -> str:
+    if interval is None:
+        return ""
+    fmt = "+.3f" if signed else ".3f"
+    if np.isnan(interval.low):
+        return f"{interval.value:{fmt}}"
+    return f"{interval.value:{fmt}} [{interval.low:{fmt}}, {interval.high:{fmt}}]"
+
+
+def _reach(interval: stats.Interval) -> str:
+    if interval.value == float("inf"):
+        return "not reached"
+    high = "not reached" if interval.high == float("inf") else f"{interval.high:.2f}"
+    return f"{interval.value:.2f}x [{interval.low:.2f}, {high}]"
+
+
+def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
+    """The report at ``path`` (with its plot beside it) and the summary docs/regime/token_lab.json."""
+    command = getattr(info, "command", "")
+    machine = getattr(info, "machine", "")
+    found = summary(results, out, command, machine)
+    regime.write_summary(found, path.parent)
+    settings = results.suite.settings
+    notes = found.notes
+    codebook = notes.get("codebook", {})
+    pending = [key for key in results.suite.arms if key not in found.arms]
+    lines = [
+        "# Token lab: the no-revisit regime (issue 29)", "",
+        f"Last command: `{command}` ({getattr(info, 'date', '')}), "
+        f"{getattr(info, 'wall_seconds', 0.0) / 60:.1f} min wall with {getattr(info, 'jobs', '?')} worker "
+        f"process(es). Machine: `{machine}`. Judged by the one rule of docs/regime.md (instruments/rule.py, "
+        "committed in `59fdb98`, addendum `9f6e701`), before any run of this regime.", "",
+        "## What this regime is", "",
+        f"- **Task**: the widened task (instruments/demo/task.py `WIDE_FAMILIES`): the demo's five kinds and wordings "
+        "with wider operands, so that 1,024 distinct problems a family fit in the pool; the held-out split "
+        f"({settings.val_prompts} prompts) is drawn from the same task and is disjoint from the pool.",
+        f"- **Pool**: {settings.pool_size:,} distinct problems, walked in one seeded permutation: "
+        f"measured visits per drawn prompt: max {found.revisits['max']}, mean {found.revisits['mean']:.2f} "
+        f"(over every finished run; the most prompts one run drew: {found.revisits['prompts_drawn_per_run_max']:,}).",
+        f"- **Clusters**: the package's codebook (`{codebook.get('encoder', 'MiniLM')}`, K-means, "
+        f"K = {codebook.get('num_clusters', settings.num_clusters)}) fitted on the pool's prompt text; NMI against "
+        f"the families {codebook.get('nmi_vs_families', float('nan')):.2f}; cluster sizes {codebook.get('sizes')}.",
+        f"- **Settings**: the token lab's frozen ones (instruments/lab/token/frozen.json: lr {results.suite.lr:g}, "
+        f"{settings.steps} steps), {settings.budget} rollouts a step for every arm, seeds "
+        f"{results.suite.seeds[0]}-{results.suite.seeds[-1]}, warm-up {settings.warmup_steps} steps, held-out "
+        f"evaluated every {settings.eval_every} steps with {settings.eval_samples} samples a prompt.",
+        f"- **Priors**: {settings.prior_samples} scores a pool prompt from the initial policy = "
+        f"{notes['prior_rollouts']:,} rollouts, {notes['prior_rollouts'] / (settings.steps * settings.budget):.1f}x "
+        "a whole run's training rollouts.",
+        f"- **Limits**: p estimated from {settings.oracle_samples} extra responses a prompt, not counted as "
+        "rollouts; the Knapsack allocation gives a prompt 0 or 2-16 rollouts.", "",
+    ]
+    spo = notes["spo1_vs_rpp1"]
+    if spo.get("checked"):
+        lines += [f"**SPO n=1 and REINFORCE++ n=1**: identical training (the same held-out curve and step rewards) in "
+                  f"{spo['identical_seeds']} of {spo['seeds']} seeds.", ""]
+    if pending:
+        lines += [f"**Not finished yet**: {', '.join(pending)}.", ""]
+    lines += report_lines(results, found, path)
+    path.write_text("\n".join(lines) + "\n")
+    return path
