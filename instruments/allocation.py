@@ -45,7 +45,7 @@ def knapsack_allocation(p: np.ndarray, budget: int, low: int = 2, high: int = 16
     picks = np.zeros((len(p), budget + 1), dtype=np.int64)
     for i in range(len(p)):
         candidates = np.full((len(choices), budget + 1), -np.inf)
-        for j, n in enumerate(choices):
+        for j, n in enumerate(choices[choices <= budget]):
             candidates[j, n:] = best[: budget + 1 - n] + gain[i, j]
         picks[i] = choices[candidates.argmax(0)]
         best = candidates.max(0)

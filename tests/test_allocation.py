@@ -34,6 +34,11 @@ def test_hard_prompts_get_more_rollouts_than_easy_ones() -> None:
     assert allocation[2:].sum() > allocation[:2].sum()
 
 
+def test_a_budget_below_the_largest_group_is_spent_too() -> None:
+    allocation = knapsack_allocation(np.array([0.5, 0.2, 0.9, 0.7]), budget=8, low=2, high=16)
+    assert allocation.sum() == 8 and all(n == 0 or 2 <= n <= 8 for n in allocation)
+
+
 def test_worthless_prompts_share_what_is_left_evenly() -> None:
     # p = 0 or 1 is worth nothing: the tie-break spreads the budget instead of piling it on one prompt
     allocation = knapsack_allocation(np.array([0.0, 1.0, 0.0, 1.0]), budget=8, low=2, high=8)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,8 +30,8 @@ from instruments.lab.token import advantages as advantages_module
 from instruments.lab.token import run as run_module
 from instruments.lab.token.advantages import TokenAdvantages, token_level_rewards
 from instruments.lab.token.arms import ARMS, TokenArm
+from instruments.lab.token.assets import load_clusters
 from instruments.lab.token.pool import PromptOrder, sampled_prompts, training_pool
-from instruments.lab.token.run import CLUSTER_OF_FAMILY
 from tests.lab_token.conftest import TINY
 
 # 6 steps over a pool of 16: every arm comes back to some prompt (an epoch is 2 steps at 8 prompts a step and 4 at
@@ -55,7 +56,7 @@ def _pool() -> tuple[np.ndarray, np.ndarray]:
     settings = HISTORY_RUN
     held_out = {p.question for p in held_out_problems(settings.val_prompts, settings.model_seed)}
     pool = training_pool(settings.pool_size, settings.model_seed, held_out)
-    return np.array([p.question for p in pool]), np.array([CLUSTER_OF_FAMILY[p.family] for p in pool])
+    return np.array([p.question for p in pool]), load_clusters(settings, Path(), pool)  # each family its cluster
 
 
 def _direct(arm: TokenArm) -> SPOEstimator | BVBlendEstimator:

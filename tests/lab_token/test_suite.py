@@ -88,7 +88,7 @@ def test_a_run_file_of_another_arm_definition_is_refused(out, random_scores):
     data["arm"]["n"] = 4
     path.write_text(json.dumps(data))
     with pytest.raises(SettingsMismatch, match="definition changed"):
-        Store(out).load(runner.ARMS["grpo8"], 0, 1e-4)
+        Store(out).load(arms.ARMS["grpo8"], 0, 1e-4)
 
 
 def test_a_failing_run_is_recorded_and_the_suite_goes_on(out, random_scores, monkeypatch):

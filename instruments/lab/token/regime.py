@@ -83,7 +83,7 @@ def summary(results: SuiteResults, out: Path, command: str, machine: str) -> reg
     suite = results.suite
     arms = {key: arm_summary(results, key) for key in complete(results)}
     lr_check = {}
-    for key in results.lr_sweep_arms:
+    for key in (k for k in results.lr_sweep_arms if k != REFERENCE):
         for factor in LR_SWEEP_FACTORS:
             lr = suite.lr * factor
             if results.complete(key, lr) and results.complete(REFERENCE, lr):

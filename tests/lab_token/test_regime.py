@@ -1,0 +1,118 @@
+"""The token lab's no-revisit regime on tiny settings: every regime arm runs, no prompt is drawn twice, the clusters
+are the package's codebook of the pool, the priors are the package's file, the limits do what docs/regime.md says,
+and the summary for the rule is written and reads back.
+
+The tiny model never scores, so training rollouts get coin-flip scores (conftest.random_scores); what is tested is
+the plumbing and the regime's invariants, not what anything learns.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bv_blend.history.priors import load_priors
+from instruments import regime as shared
+from instruments.lab.token import assets, runner
+from instruments.lab.token import regime as token_regime
+from instruments.lab.token import run as run_module
+from instruments.lab.token.arms import REGIME_ARMS
+from instruments.lab.token.suites import Suite
+from tests.lab_token.conftest import TINY
+
+SETTINGS = replace(TINY, task="wide", clusters="codebook", pool_size=16, oracle_samples=2, prior_samples=2)
+SUITE = Suite("regime", SETTINGS, tuple(REGIME_ARMS), (0, 1), (1e-4,), catalog="regime")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[runner.SuiteResults, Path]:
+    import torch
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("regime")
+    with pytest.MonkeyPatch.context() as patch:
+        real = run_module.sample
+
+        def coin_flips(model, tokenizer, problems, n, max_new_tokens=16):
+            rollouts = real(model, tokenizer, problems, n, max_new_tokens)
+            generator = torch.Generator().manual_seed(int(rollouts.sequences.sum()))
+            return replace(rollouts, scores=(torch.rand(len(rollouts.scores), generator=generator) < 0.5).float())
+
+        patch.setattr(run_module, "sample", coin_flips)
+        results = runner.run_suite(SUITE, out, jobs=1, lr_sweep="regime", log=lambda line: None)
+    return results, out
+
+
+def test_the_regime_arms_are_the_shared_declaration():
+    assert set(REGIME_ARMS) == set(shared.ARMS)
+    assert all(REGIME_ARMS[key].n == arm.n for key, arm in shared.ARMS.items())
+    assert {key for key, arm in REGIME_ARMS.items() if arm.oracle} == shared.LIMITS
+    assert {key for key, arm in REGIME_ARMS.items() if arm.priors} == {k for k, a in shared.ARMS.items() if a.priors}
+
+
+def test_every_arm_runs_and_no_prompt_is_drawn_twice(finished):
+    results, _ = finished
+    assert not results.unavailable and not results.failures
+    assert all(results.complete(key) for key in SUITE.arms)
+    for key in SUITE.arms:
+        for record in results.runs(key):
+            assert max(record.visits) == 1, key
+
+
+def test_the_clusters_are_the_codebook_of_the_pool(finished):
+    _, out = finished
+    saved = json.loads(assets.clusters_path(SETTINGS, out / "warmup").read_text())
+    pool = run_module.pool_of(SETTINGS, run_module.held_out(SETTINGS))
+    assert set(saved["clusters"]) == {p.question for p in pool}
+    assert set(saved["clusters"].values()) <= set(range(SETTINGS.num_clusters))
+    assert 0.0 <= saved["nmi_vs_families"] <= 1.0 and sum(saved["sizes"]) == len(pool)
+
+
+def test_the_priors_are_the_package_s_file_over_the_pool(finished):
+    _, out = finished
+    priors = load_priors(assets.priors_path(SETTINGS, out / "warmup"), "prior_file")
+    pool = run_module.pool_of(SETTINGS, run_module.held_out(SETTINGS))
+    assert set(priors) == {p.question for p in pool}
+    assert all(len(scores) == SETTINGS.prior_samples for scores in priors.values())
+
+
+def test_the_oracle_allocation_spends_the_budget_in_groups_of_its_sizes(tiny_cache, random_scores, tmp_path):
+    cache = tmp_path / "warmup"
+    shutil.copytree(tiny_cache, cache)
+    settings = replace(SETTINGS, clusters="family")
+    steps = []
+    run_module.run(settings, REGIME_ARMS["knapsack_grpo2"], 0, 1e-4, str(cache), on_step=steps.append)
+    for step in steps:
+        sizes = np.unique(step["uids"], return_counts=True)[1]
+        assert sizes.sum() == settings.budget and all(2 <= s <= 16 for s in sizes)
+
+
+def test_the_oracle_baseline_is_reward_minus_p(tiny_cache, random_scores, tmp_path, monkeypatch):
+    cache = tmp_path / "warmup"
+    shutil.copytree(tiny_cache, cache)
+    monkeypatch.setattr(run_module, "true_success", lambda model, tok, problems, *args: np.full(len(problems), 0.25))
+    steps = []
+    settings = replace(SETTINGS, clusters="family")
+    run_module.run(settings, REGIME_ARMS["oracle_baseline1"], 0, 1e-4, str(cache), on_step=steps.append)
+    step = steps[0]
+    expected = (step["rollouts"].scores - 0.25)[:, None] * step["rollouts"].response_mask
+    assert np.allclose(step["advantages"].numpy(), expected.numpy())
+
+
+def test_the_summary_is_written_for_the_rule_and_reads_back(finished, tmp_path):
+    results, out = finished
+    path = token_regime.write(results, None, out, tmp_path / "token_lab.md")
+    found = shared.read_summary(tmp_path / "token_lab.json")
+    assert set(found.arms) == set(SUITE.arms) and found.revisits["max"] == 1
+    assert found.arms["spo1_priors"].training_only is not None and found.arms["rpp1"].training_only is None
+    # the priors' rollouts counted: the budget of 2 steps x 8 is spent before training, so the start value is judged
+    start = np.array([r.pass_rate[0] for r in results.runs("spo1_priors")])
+    assert found.arms["spo1_priors"].final.value == pytest.approx(start.mean())
+    assert set(found.lr_check) == set(token_regime.lr_check_keys(results)) - {"grpo8"}
+    assert all(set(by_factor) == {"x0.5", "x2"} for by_factor in found.lr_check.values())
+    assert "## Arms" in path.read_text() and (tmp_path / "token_lab_curves.png").is_file()
