@@ -55,6 +55,12 @@ def test_the_regime_arms_are_the_shared_declaration():
     assert {key for key, arm in REGIME_ARMS.items() if arm.priors} == {k for k, a in shared.ARMS.items() if a.priors}
 
 
+def test_the_model_is_warmed_up_on_the_regime_s_task(finished):
+    _, out = finished
+    assert SETTINGS.standin(str(out / "warmup")).task == "wide"
+    assert list((out / "warmup").glob("warmup*_wide.pt"))
+
+
 def test_every_arm_runs_and_no_prompt_is_drawn_twice(finished):
     results, _ = finished
     assert not results.unavailable and not results.failures

@@ -59,7 +59,7 @@ class LabSettings:
 
     def standin(self, cache: str) -> StandinSettings:
         return StandinSettings(warmup_steps=self.warmup_steps, format_share=self.format_share, seed=self.model_seed,
-                               val_prompts=self.val_prompts, cache=cache)
+                               val_prompts=self.val_prompts, cache=cache, task=self.task)
 
     def check(self, arms: list[TokenArm]) -> None:
         """Raises ValueError, before any run starts, for settings the runs cannot use."""
