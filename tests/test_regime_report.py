@@ -1,0 +1,51 @@
+"""scripts/regime_report.py: the one rule applied to every instrument's summary (summaries made here, in the
+instruments' on-disk format, to test the reading: they are not results)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from instruments.regime import ArmSummary, InstrumentSummary, write_summary
+from instruments.stats import Interval
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regime_report.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("regime_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _arm(value: float, half: float = 0.02) -> ArmSummary:
+    return ArmSummary(Interval(0.3 + value, 0.29 + value, 0.31 + value), Interval(value, value - half, value + half),
+                      Interval(1.0, 0.9, 1.1))
+
+
+def _summary(name: str, **arms: float) -> InstrumentSummary:
+    return InstrumentSummary(name, "cmd", "cpu", [0, 1], {"max": 1, "mean": 1.0},
+                             {"grpo8": _arm(0.0), **{key: _arm(value) for key, value in arms.items()}})
+
+
+def test_the_rule_recommends_across_instruments_and_names_the_missing_one(tmp_path):
+    write_summary(_summary("token_lab", rpp1=0.05, grpo2=0.03, oracle_baseline1=0.2), tmp_path)
+    write_summary(_summary("logistic_lab", rpp1=0.0, grpo2=-0.05, oracle_baseline1=0.3), tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    text = (tmp_path / "recommendation.md").read_text()
+    # grpo2 is behind in the logistic lab; the oracle is a limit: REINFORCE++ n=1 is the one that qualifies
+    assert "**Recommendation: REINFORCE++ n=1.**" in text
+    assert "verl_cpu" in text.split("without a finished regime run")[1].splitlines()[0]
+    assert "limit: oracle baseline R - p, n=1: token_lab +0.150, logistic_lab +0.300" in text
+
+
+def test_nothing_ahead_keeps_the_reference(tmp_path):
+    write_summary(_summary("token_lab", rpp1=0.0, spo1=-0.05), tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    assert "**Recommendation: GRPO n=8 stays.**" in (tmp_path / "recommendation.md").read_text()
+
+
+def test_no_summary_is_a_clear_error(tmp_path, capsys):
+    assert _script().main(["--summaries", str(tmp_path)]) == 2
+    assert "no summary in" in capsys.readouterr().err
