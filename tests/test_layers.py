@@ -28,7 +28,9 @@ VERL_FREE_BELOW = LAYERS["verl"]
 # instruments' top-level packages and modules, bottom (0) to top. Each may import any of the product.
 INSTRUMENT_LAYERS: dict[str, int] = {
     "stats": 0, "machine": 0,                       # statistics over seeds; the machine's description
+    "allocation": 0,                                # the oracle (Knapsack) allocation of the regime's limits
     "rule": 1,                                      # the one rule that judges every arm (docs/regime.md)
+    "regime": 2,                                    # the regime's arms once, and the summary the rule reads
     "cpu": 1,                                       # verl's stock trainer on CPU (imports verl, never the glue)
     "demo": 2,                                      # the CPU main job and the comparison harness
     "lab": 3,                                       # both labs (the token lab grows out of the demo's stand-in)
