@@ -8,23 +8,31 @@ are skipped (an unfinished one restarts). Ctrl-C or SIGTERM stops the current ve
     python scripts/compare_cpu.py                                   # GRPO and BV-Blend at n=4 and n=2, 3 seeds
     python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
     python scripts/compare_cpu.py --seeds 0 --arms grpo:4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
+
+The no-revisit regime (issue 29; docs/benchmarks.md, "No-revisit regime", has its command): --task wide
+--distinct-train (1,920 different problems, read once by every arm), its arms (instruments/demo/no_revisit.py), the
+offline priors made once when an arm reads them, and --regime-summary docs/regime (the rule's verl_cpu.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import signal
 import sys
 import time
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from instruments.demo import compare, compare_report
+from instruments import regime
+from instruments.demo import compare, compare_report, no_revisit
 from instruments.demo.pipeline import DemoSettings, prepare
+from instruments.demo.task import TASKS
 from instruments.machine import describe_cpu
 
 DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (docs/benchmarks.md)
@@ -46,7 +54,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
     p.add_argument("--lr", type=float, default=DemoSettings.lr)
     p.add_argument("--warmup-steps", type=int, default=DemoSettings.warmup_steps)
+    p.add_argument("--task", choices=sorted(TASKS), default="demo",
+                   help="the task's families (instruments/demo/task.py; wide: enough for a pool never drawn twice)")
+    p.add_argument("--distinct-train", action="store_true",
+                   help="the training rows are --train-prompts different problems (no prompt twice in the pool)")
     p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"), help="markdown file the results go in")
+    p.add_argument("--section", default=compare_report.SECTION,
+                   help="the markers in --docs the results go between (<!-- SECTION:begin/end -->) and the plot's name")
+    p.add_argument("--regime-summary", type=Path, default=None, metavar="DIR",
+                   help="also write the no-revisit regime's summary (DIR/verl_cpu.json, instruments/regime.py)")
     p.add_argument("--report", action="store_true",
                    help="run nothing: write the results of the runs finished so far, marked as partial")
     a = p.parse_args(argv)
@@ -62,6 +78,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             a.reference = compare.parse_arm(a.reference)
             if a.reference not in a.arm_sizes:
                 raise ValueError(f"--reference {a.reference[0]}:{a.reference[1]} is not one of --arms")
+        if a.regime_summary is not None and no_revisit.REGIME_ARMS[regime.REFERENCE] not in a.arm_sizes:
+            raise ValueError("--regime-summary pairs every arm with grpo:8, the regime's reference: add it to --arms")
     except ValueError as e:
         p.error(str(e))
     return a
@@ -74,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
     s = DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
-                     val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool)
+                     val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool, task=a.task,
+                     distinct_train=a.distinct_train)
     key = compare.settings_key(s)
     todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
@@ -85,8 +104,17 @@ def main(argv: list[str] | None = None) -> None:
         return
     prepared = prepare(s, reuse=True)
     failed = []
+    if any(spec.reads_priors for spec in a.specs):
+        try:  # once, in the shared preparation; a failure fails the arms that read them, the others still run
+            priors, _ = no_revisit.prepare_priors(s, prepared, batch=max(spec.batch for spec in a.specs))
+            prepared = replace(prepared, priors=priors)
+        except RuntimeError as e:
+            tqdm.write(f"[compare] {e}; the arms that read the priors are not run")
     with tqdm(total=len(a.specs), initial=len(a.specs) - len(todo), desc="runs", unit="run", position=0) as runs:
         for spec in todo:
+            if spec.reads_priors and prepared.priors is None:
+                failed.append(spec.name)
+                continue
             runs.set_postfix_str(spec.name)
             with tqdm(total=a.steps, desc=f"  {spec.name}", unit="step", position=1, leave=False) as steps:
                 try:
@@ -107,23 +135,31 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     """Tables and plot of the ``finished`` runs into ``--docs`` (and its PNG); ``missing`` marks them partial."""
     key = compare.settings_key(s)
     results = [compare.load_result(a.out, spec, key) for spec in finished]
-    png = a.docs.with_name(a.docs.stem + "_cpu.png")
+    suffix = "cpu" if a.section == compare_report.SECTION else a.section  # one plot per section
+    png = a.docs.with_name(f"{a.docs.stem}_{suffix}.png")
     compare_report.plot_comparison(results, png, a.reference)
     run_args = [arg for arg in argv if arg != "--report"]
     command = "python scripts/compare_cpu.py" + (" " + shlex.join(run_args) if run_args else "")
-    settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "train prompts": s.n_train, "lr": a.lr,
+    settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "train prompts": s.n_train,
+                **({} if s.task == "demo" and not s.distinct_train else
+                   {"task": s.task, "distinct train prompts": s.distinct_train}), "lr": a.lr,
                 "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}"}
     wall_s = None if missing else time.time() - started
     generated = compare_report.results_markdown(results, command, describe_cpu(), png.name, wall_s,
                                          {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing,
-                                         a.reference)
-    doc = compare_report.write_benchmarks(a.docs, generated)
+                                         a.reference, a.section)
+    doc = compare_report.write_benchmarks(a.docs, generated, a.section)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(compare_report.summary_table(results).to_string())
         print(compare_report.paired_differences(results, a.reference).to_string())
         print(compare_report.sampler_table(results).to_string())
     print(f"[compare] wrote {doc} and {png}")
+    if a.regime_summary is not None:
+        summary = no_revisit.summarize(results, json.loads((s.work_dir / "prepared.json").read_text()),
+                                       no_revisit.read_priors_record(s.work_dir), command, describe_cpu(), missing)
+        print(f"[compare] wrote {regime.write_summary(summary, a.regime_summary)} (seeds {summary.seeds}; visits per "
+              f"prompt: max {summary.revisits['max']:.0f}, mean {summary.revisits['mean']:.2f})")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ verl's checkpoint would save little and split one run's log over several files.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -49,6 +50,19 @@ class Arm:
     def samples_by_history(self) -> bool:
         return SAMPLER_ON in self.overrides
 
+    @property
+    def reads_priors(self) -> bool:
+        return any(PRIORS_FILE in o for o in self.overrides)
+
+
+# Where an arm reads the offline priors (docs/priors.md): the comparison's own file, made once in its shared
+# preparation (instruments.demo.no_revisit.prepare_priors). The arm's stored definition names the file by this
+# placeholder, replaced by the path only when the run starts (:func:`run_overrides`), so that what the arm runs
+# does not depend on where the comparison's folder is.
+PRIORS_FILE = "PREPARED_PRIORS_FILE"
+# cpu_tiny declares no spo section (SPO runs on its defaults): "++" adds the option, or sets it where declared
+SPO_PRIORS = (f"++algorithm.spo.offline_values={PRIORS_FILE}",)
+BV_PRIORS = (f"algorithm.bv_blend.prior_file={PRIORS_FILE}",)
 
 # the history-driven prompt sampler and what it needs (bv_blend/verl/sampler.py refuses a run without them)
 SAMPLER_ON = "data.history_sampler.enable=true"
@@ -69,6 +83,11 @@ ARMS: dict[str, Arm] = {
     # verl's own, no history: the rewards whitened over the batch, so at n = 1 the batch mean is the baseline (the
     # token lab's best arm; the NTF paper runs it this way)
     "reinforce_plus_plus": Arm("reinforce_plus_plus", (), "REINFORCE++ (verl's): the batch mean as baseline"),
+    # the no-revisit regime's arms with offline priors (docs/regime.md, addendum): the only history they can have
+    "spo_priors": Arm("spo", SPO_PRIORS, "SPO, each prompt's tracker started from the offline priors"),
+    "bv_blend_prompt_priors": Arm("bv_blend", PROMPT_LEVEL + BV_PRIORS,
+                                  "BV-Blend at the prompt level, its prompts and clusters started from the offline "
+                                  "priors"),
 }
 
 
@@ -95,9 +114,23 @@ class RunSpec:
     def samples_by_history(self) -> bool:
         return SAMPLER_ON in self.overrides
 
+    @property
+    def reads_priors(self) -> bool:
+        return any(PRIORS_FILE in o for o in self.overrides)
+
     def describe(self) -> dict:
         """What decides this run's result, as stored in its result.json (JSON has no tuples)."""
         return {**asdict(self), "overrides": list(self.overrides)}
+
+
+def run_overrides(spec: RunSpec, priors: Path | None) -> tuple[str, ...]:
+    """The arm's overrides as the run passes them: the priors placeholder replaced by the preparation's file."""
+    if not spec.reads_priors:
+        return spec.overrides
+    if priors is None:
+        raise ValueError(f"{spec.name} reads the offline priors, and the preparation has none: make them first "
+                         "(instruments.demo.no_revisit.prepare_priors; scripts/compare_cpu.py runs it for such arms)")
+    return tuple(o.replace(PRIORS_FILE, str(priors)) for o in spec.overrides)
 
 
 def arm_label(arm: str, n: int, batch: int) -> str:
@@ -138,6 +171,10 @@ def pool_size(specs: Sequence[RunSpec], steps: int, train_prompts: int | None) -
         raise ValueError(f"--train-prompts {train_prompts} is smaller than the largest batch ({largest} prompts a "
                          "step): a batch holds distinct prompts")
     return train_prompts
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def settings_key(s: DemoSettings) -> dict[str, str]:
@@ -196,6 +233,7 @@ ADV_MAX, ADV_MIN = "critic/advantages/max", "critic/advantages/min"  # verl's, o
 OWN_ABS_MAX = ("bv_blend/abs_advantage_max",)  # an estimator's own, where verl's is missing
 TESTING_TIME = "timing_s/testing"
 SAMPLER_PREFIX = "sampler/"
+ADVISOR_PREFIX = "advisor/"  # the start-time advisor's planned visits (arithmetic from the run's sizes)
 SPO_P_HAT = "spo/p_hat_mean"  # SPO's mean p^ over a batch's prompts: what the sampler moves, with or without it
 # Which estimators' "signal" (share of groups that get a non-zero advantage) the demo's reader defines: GRPO's
 # from the groups' scores, BV-Blend's logged; SPO gives every row r - p^, so a share of groups says nothing.
@@ -244,9 +282,30 @@ def extra_summary(metrics: pd.DataFrame, rollout_dir: Path) -> dict[str, float]:
         "adv time ms": 1000 * float(steady[report.ADV_TIME].mean()) if report.ADV_TIME in steady else float("nan"),
         "between steps s": between_steps_s(metrics, rollout_dir),
     }
-    for column in sorted(c for c in train.columns if c.startswith(SAMPLER_PREFIX) or c == SPO_P_HAT):
+    for column in sorted(c for c in train.columns if c.startswith((SAMPLER_PREFIX, ADVISOR_PREFIX)) or c == SPO_P_HAT):
         out[column] = float(train[column].mean())
     return out
+
+
+def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
+    """How often the run drew each prompt, counted in verl's rollout dump (``rollouts/<step>.jsonl``): a draw is one
+    sample of a step's batch (the dump's ``uid`` is ``<sample>_<session>_<output>``: one group), a prompt its text as
+    verl sent it. ``max`` and ``mean`` visits over the drawn prompts, ``prompts`` drawn, ``draws`` in all. A dump
+    without uids counts a prompt once a step (a prompt drawn twice in one batch would then count once)."""
+    draws: dict[str, set[tuple[int, str]]] = {}
+    for path in sorted(rollout_dir.glob("*.jsonl")):
+        if not path.stem.isdigit():
+            continue
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                sample = row["uid"].rsplit("_", 2)[0] if "uid" in row else ""
+                draws.setdefault(row["input"], set()).add((int(row.get("step", path.stem)), sample))
+    if not draws:
+        raise ValueError(f"{rollout_dir} holds no rollout dump: the visits per prompt cannot be counted")
+    visits = np.array([len(d) for d in draws.values()], dtype=float)
+    return {"max": float(visits.max()), "mean": float(visits.mean()), "prompts": float(len(visits)),
+            "draws": float(visits.sum())}
 
 
 def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall_s: float,
@@ -254,8 +313,10 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
     """What the tables and plots need from one run, small enough to keep forever."""
     summary = record.summary()
     summary["all-equal %"] = summary["all-right %"] + summary["all-wrong %"]
+    visits = {}
     if rollout_dir is not None:
         summary |= extra_summary(record.metrics, rollout_dir)
+        visits = {"visits": visits_per_prompt(rollout_dir)}
     return {
         "spec": spec.describe(),
         "settings": key,
@@ -264,6 +325,7 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
         "signal": {str(step): float(v) for step, v in record.signal.items()},
         "summary": summary,
         "wall_s": wall_s,
+        **visits,
     }
 
 
@@ -279,7 +341,7 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     started = time.time()
     try:
         run_method(s, spec.estimator, prepared, folder, n=spec.n, batch=spec.batch, seed=spec.seed,
-                   extra=spec.overrides)
+                   extra=run_overrides(spec, prepared.priors))
     finally:
         stop.set()
         follower.join()
@@ -287,5 +349,7 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))
     result = result_of(spec, key, record, time.time() - started, folder / "rollouts")
+    if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
+        result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)
     return result

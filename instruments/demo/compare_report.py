@@ -21,7 +21,16 @@ from scipy import stats  # noqa: E402
 from instruments import stats as lab_stats  # noqa: E402
 from instruments.demo.compare import ARMS, SAMPLER_PREFIX, SPO_P_HAT, arm_label  # noqa: E402
 
-BEGIN, END = "<!-- compare_cpu:begin -->", "<!-- compare_cpu:end -->"
+SECTION = "compare_cpu"  # the markers of the current comparison's results in docs/benchmarks.md
+
+
+def markers(section: str = SECTION) -> tuple[str, str]:
+    """The markers between which a comparison's generated results go: one pair per section of the docs file, so that
+    two comparisons (the current one, the no-revisit regime's) can write into one file without overwriting."""
+    return f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
+
+
+BEGIN, END = markers()
 
 
 # ---------------------------------------------------------------------------------------------------- summary
@@ -268,9 +277,9 @@ def _arm_definitions(results: Sequence[dict]) -> list[str]:
 
 def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: str, wall_s: float | None,
                      settings: dict[str, str], date: str, missing: Sequence[str] = (),
-                     reference: tuple[str, int] | None = ("grpo", 8)) -> str:
+                     reference: tuple[str, int] | None = ("grpo", 8), section: str = SECTION) -> str:
     """The generated part of docs/benchmarks.md; ``missing`` names the runs of the grid not finished yet, and
-    ``wall_s`` is this invocation's wall time (``None`` when it ran nothing)."""
+    ``wall_s`` is this invocation's wall time (``None`` when it ran nothing); between ``section``'s markers."""
     partial = [] if not missing else [
         f"**Partial results: {len(results)} of {len(results) + len(missing)} runs.** Not run yet: "
         f"{', '.join(missing)}. The same command (without `--report`) runs them; the tables below cover the finished "
@@ -280,8 +289,9 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
     ref = resolve_reference(results, reference)
     ref_label = _label_of(_arms(results)[ref]) if ref is not None else "the reference"
     sampler = sampler_table(results)
+    begin, end = markers(section)
     return "\n".join([
-        BEGIN,
+        begin,
         *partial,
         f"Measured {date} on `{cpu}`, {sum(r['wall_s'] for r in results) / 3600:.1f} h of verl runs"
         + ("" if wall_s is None else f" ({wall_s / 3600:.1f} h wall for this invocation)") + ", with",
@@ -319,21 +329,22 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
             "",
         ]),
         f"![held-out pass rate and the paired difference to the reference]({png_name})",
-        END,
+        end,
     ])
 
 
-def write_benchmarks(doc: Path, generated: str) -> Path:
-    """Puts ``generated`` between the markers of ``doc`` (hand-written text around them is kept)."""
+def write_benchmarks(doc: Path, generated: str, section: str = SECTION) -> Path:
+    """Puts ``generated`` between ``section``'s markers of ``doc`` (hand-written text around them is kept)."""
+    begin, end = markers(section)
     if doc.is_file():
         text = doc.read_text()
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            tail = rest.split(END, 1)[1]
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            tail = rest.split(end, 1)[1]
             doc.write_text(head + generated + tail)
             return doc
-        raise ValueError(f"{doc} has no {BEGIN} ... {END} markers; add them where the results go, or pass "
-                         "another --docs file")
+        raise ValueError(f"{doc} has no {begin} ... {end} markers; add them where the results go, or pass "
+                         "another --docs file or --section")
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text("# CPU benchmark on verl's stock trainer\n\n" + generated + "\n")
     return doc

@@ -53,6 +53,8 @@ class DemoSettings:
     test_freq: int = 12  # verl validates every test_freq steps and after the last (the first run also before the first)
     num_clusters: int = 8
     n_train: int | None = None  # training rows; None: steps x batch, one fresh row per prompt of every step
+    task: str = "demo"  # the task's families (instruments/demo/task.py): "wide" has enough for a no-revisit pool
+    distinct_train: bool = False  # the training rows are n_train different problems: no prompt twice in the pool
     layers: int = 2
     hidden: int = 128
     seed: int = 0
@@ -66,7 +68,14 @@ class DemoSettings:
     def preparation_key(self) -> dict[str, str]:
         """The settings that decide the prepared task, model and codebook (a reused preparation must match them)."""
         keys = ("warmup_steps", "format_share", "val_prompts", "num_clusters", "n_train", "layers", "hidden", "seed")
-        return {k: str(getattr(self, k)) for k in keys}
+        key = {k: str(getattr(self, k)) for k in keys}
+        # the task and the pool's kind join the key only where they are not the demo's, so that the preparations and
+        # results made before they existed keep their key (and stay readable), while any other value is refused
+        if self.task != "demo":
+            key["task"] = self.task
+        if self.distinct_train:
+            key["distinct_train"] = "True"
+        return key
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class Prepared:
     codebook: Path
     warmup_pass_rates: dict[str, float] = field(default_factory=dict)
     question_family: dict[str, str] = field(default_factory=dict, repr=False)
+    priors: Path | None = None  # the offline priors file, where the comparison made one (instruments.demo.no_revisit)
 
 
 def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, float]]:
@@ -86,13 +96,13 @@ def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, 
     out = s.work_dir / "model"
     # one thread: for a model this small, OpenMP synchronisation costs more than the second core gives
     torch.set_num_threads(1)
-    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out)
+    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out, task=s.task)
     model = tiny.build_model(tiny.TinyModelSpec(layers=s.layers, hidden=s.hidden, seed=s.seed), tokenizer)
     supervised_warmup(model, tokenizer, s.warmup_steps, batch_size=32, lr=1e-3, seed=s.seed, exclude=held_out,
-                      format_share=s.format_share)
+                      format_share=s.format_share, task=s.task)
     # 32 training prompts per family x n samples: enough to tell 0.9 from 0.5 from 0.05
-    rates = pass_rates(model, tokenizer, make_problems(160, seed=s.seed + 7, exclude=held_out), samples=s.n,
-                       seed=s.seed)
+    rates = pass_rates(model, tokenizer, make_problems(160, seed=s.seed + 7, exclude=held_out, task=s.task),
+                       samples=s.n, seed=s.seed)
     tiny.save(model, tokenizer, out)
     return out, rates
 
@@ -119,6 +129,24 @@ def clusters_per_family(annotated_train: Path) -> dict[str, dict[int, int]]:
     return {family: dict(sorted(c.items())) for family, c in counts.items()}
 
 
+def codebook_nmi(annotated_train: Path) -> float:
+    """Normalized mutual information of the codebook's clusters and the task families over the training rows (1: the
+    clusters are the families; 0: they say nothing of them), what the no-revisit regime reports of its clusters."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from bv_blend.codebook import CLUSTER_KEY
+
+    infos = pd.read_parquet(annotated_train, columns=["extra_info"])["extra_info"]
+    return float(normalized_mutual_info_score([i["family"] for i in infos], [int(i[CLUSTER_KEY]) for i in infos]))
+
+
+def key_differences(saved: dict[str, str], now: dict[str, str]) -> str:
+    """The settings two preparation keys disagree on, as ``name: saved -> now`` (``unset`` where a key lacks it)."""
+    names = sorted(set(saved) | set(now))
+    return ", ".join(f"{k}: {saved.get(k, 'unset')} -> {now.get(k, 'unset')}" for k in names
+                     if saved.get(k) != now.get(k))
+
+
 def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
     """Task, warmed-up model and codebook in ``s.work_dir``; with ``reuse``, a finished preparation made with the
     same settings (``prepared.json``) is taken as it is."""
@@ -128,10 +156,12 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
         if saved["key"] == s.preparation_key():
             print(f"[demo] reusing the task, model and codebook prepared in {s.work_dir}")
             return _prepared_from(saved)
-        raise ValueError(f"{s.work_dir} was prepared with other settings ({saved['key']}, now "
-                         f"{s.preparation_key()}); use another work folder or the same settings")
+        differences = key_differences(saved["key"], s.preparation_key())
+        raise ValueError(f"{s.work_dir} was prepared with other settings ({differences}; prepared: {saved['key']}); "
+                         "use another work folder or the same settings")
     s.work_dir.mkdir(parents=True, exist_ok=True)
-    train, val = write_task(s.work_dir / "task", s.n_train, s.val_prompts, s.seed, per_family_sources=True)
+    train, val = write_task(s.work_dir / "task", s.n_train, s.val_prompts, s.seed, per_family_sources=True,
+                            task=s.task, distinct=s.distinct_train)
     held_out = set(read_questions(val))
     print("[demo] warming up the tiny model (supervised, a minute or two)")
     model, rates = prepare_model(s, held_out)
@@ -148,8 +178,10 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
           f"{len(set(read_questions(annotated_train)))} distinct training prompts")
     print("[demo] training rows per cluster, by family: " + "; ".join(
         f"{family} {clusters}" for family, clusters in clusters_per_family(annotated_train).items()))
+    nmi = codebook_nmi(annotated_train)
+    print(f"[demo] the codebook's clusters against the task families: NMI {nmi:.3f}")
     saved = {"key": s.preparation_key(), "model": str(model), "train": str(annotated_train), "val": str(val),
-             "codebook": str(codebook), "warmup_pass_rates": rates}
+             "codebook": str(codebook), "warmup_pass_rates": rates, "codebook_nmi": nmi}
     marker.write_text(json.dumps(saved, indent=2))
     return _prepared_from(saved)
 

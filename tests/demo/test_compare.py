@@ -81,9 +81,15 @@ def test_every_arm_composes_with_verl_config_and_a_small_pool_gets_the_epochs_it
     60 steps: verl stops after trainer.total_epochs passes, whatever total_training_steps says."""
     spec = compare.grid([(arm, 1)], 32, [3])[0]
     s = DemoSettings(work_dir=tmp_path, steps=60, n_train=320)
+    priors = tmp_path / "priors.json"
     config = _compose(verl_overrides(s, spec.estimator, _prepared(tmp_path), tmp_path / "run", n=spec.n,
-                                     batch=spec.batch, seed=spec.seed, extra=spec.overrides))
+                                     batch=spec.batch, seed=spec.seed, extra=compare.run_overrides(spec, priors)))
     assert config.algorithm.adv_estimator == compare.ARMS[arm].estimator
+    # an arm with priors reads the preparation's file, under the option of its estimator; no other arm reads one
+    reads = {"spo": config.algorithm.get("spo", {}).get("offline_values"),
+             "bv_blend": config.algorithm.bv_blend.prior_file}
+    assert reads == {e: str(priors) if compare.ARMS[arm].reads_priors and e == spec.estimator else None
+                     for e in reads}
     assert (config.actor_rollout_ref.rollout.n, config.data.train_batch_size) == (1, 32)
     assert config.data.history_sampler.enable is compare.ARMS[arm].samples_by_history
     if compare.ARMS[arm].samples_by_history:  # what bv_blend/verl/sampler.py requires
