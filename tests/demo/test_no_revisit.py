@@ -275,3 +275,18 @@ def test_the_script_reports_into_its_own_section_and_writes_the_regime_summary(t
     summary = regime.read_summary(tmp_path / "regime" / "verl_cpu.json")
     assert summary.seeds == [0, 1] and summary.command.startswith("python scripts/compare_cpu.py --task wide")
     assert "--report" not in summary.command and set(summary.arms) == set(no_revisit.REGIME_ARMS)
+
+
+def test_the_documented_command_is_the_regimes_and_parses():
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    start = doc.index(".venv/bin/python scripts/compare_cpu.py --task wide")
+    line = doc[start:doc.index("```", start)].replace("\\\n", " ")
+    argv = shlex.split(line)[2:]
+    a = load_script("compare_cpu").parse_args(argv)
+    assert a.arms == no_revisit.command_arms() and a.seeds == [0, 1, 2, 3, 4] and len(a.specs) == 45
+    assert (a.steps, a.test_freq, a.val_samples, a.rollouts_per_step, a.pool) == (60, 20, 4, 32, 1920)
+    assert (a.task, a.distinct_train, a.section, a.regime_summary) == ("wide", True, "compare_cpu_regime",
+                                                                        Path("docs/regime"))
+    assert compare_report.markers(a.section)[0] in doc
