@@ -32,8 +32,8 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "rule": 1,                                      # the one rule that judges every arm (docs/regime.md)
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads
     "cpu": 1,                                       # verl's stock trainer on CPU (imports verl, never the glue)
-    "demo": 2,                                      # the CPU main job and the comparison harness
-    "lab": 3,                                       # both labs (the token lab grows out of the demo's stand-in)
+    "demo": 3,                                      # the CPU main job and the comparison harness (its regime summary)
+    "lab": 4,                                       # both labs (the token lab grows out of the demo's stand-in)
 }  # fmt: skip
 # What an instrument must not import from the product: the CPU platform runs verl's trainer, whatever plugin it loads.
 INSTRUMENT_FORBIDDEN: dict[str, tuple[str, ...]] = {"cpu": ("bv_blend.verl",)}
@@ -146,5 +146,5 @@ def test_the_check_sees_an_instrument_import_up(monkeypatch):
     module = INSTRUMENTS / "cpu" / "launch.py"
     source = "from instruments.demo import pipeline\nfrom bv_blend.verl import records\nfrom bv_blend.core import rows"
     monkeypatch.setattr(Path, "read_text", lambda self: source)
-    assert _wrong_instrument_imports(module) == ["instruments.demo (layer 2 from layer 1)",
+    assert _wrong_instrument_imports(module) == ["instruments.demo (layer 3 from layer 1)",
                                                  "bv_blend.verl (the plugin's glue, from cpu)"]

@@ -240,6 +240,10 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     assert path.name == "verl_cpu.json" and {k: a.verdict for k, a in read.arms.items()} == {
         k: a.verdict for k, a in arms.items()}
     assert read.arms["bv2_priors"].training_only.value == pytest.approx(0.04)
+    # what scripts/regime_report.py makes of it: rpp1, spo1 and bv_cluster1/2 ahead, none behind in this instrument
+    lines = load_script("regime_report").recommendation_lines({"verl_cpu": read})
+    assert "| REINFORCE++ n=1 | +0.050 [+0.050, +0.050] ahead |" in lines
+    assert any(line.startswith("**Recommendation: ") for line in lines)
 
 
 def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
