@@ -53,7 +53,7 @@ class SuiteResults:
         return self.records.get(key, {}).get(self.suite.lr if lr is None else lr, [])
 
     def complete(self, key: str, lr: float | None = None) -> bool:
-        return len(self.runs(key, lr)) == len(self.suite.seeds)
+        return len(self.runs(key, lr)) == len(self.suite.seeds_at(self.suite.lr if lr is None else lr))
 
 
 def run_suite(suite: Suite, out: Path, jobs: int = 1, lr_sweep: str | None = None,
@@ -79,7 +79,7 @@ def run_suite(suite: Suite, out: Path, jobs: int = 1, lr_sweep: str | None = Non
         keys = lr_sweep_keys(results, lr_sweep)
         log(f"[lab_token] learning-rate check x{LR_SWEEP_FACTORS} for {keys}")
         tasks = [Task(results.arms[key], seed, suite.lr * factor)
-                 for key in keys for factor in LR_SWEEP_FACTORS for seed in suite.seeds]
+                 for key in keys for factor in LR_SWEEP_FACTORS for seed in suite.sweep_seeds]
         execute(suite, store, tasks, jobs, "lr-check runs")
         results = collect(suite, out, lr_sweep)
     return results
@@ -123,7 +123,7 @@ def collect(suite: Suite, out: Path, lr_sweep: str | None = None) -> SuiteResult
 
 def _load(results: SuiteResults, store: Store, arm: TokenArm, lrs: Sequence[float]) -> None:
     for lr in lrs:
-        found = [store.load(arm, seed, lr) for seed in results.suite.seeds]
+        found = [store.load(arm, seed, lr) for seed in results.suite.seeds_at(lr)]
         runs = [r for r in found if r is not None]
         if runs:
             results.records.setdefault(arm.key, {})[lr] = runs

@@ -43,10 +43,18 @@ class Suite:
     lrs: tuple[float, ...]  # one for a comparison; the swept ones for ``select``
     report: str = ""  # the default report path; "" is DIR/lab_token.md
     catalog: str = "comparison"  # the table its arms come from (arms.ARM_TABLES)
+    lr_check_seeds: tuple[int, ...] = ()  # the learning-rate check's seeds; () is every seed of the suite
 
     @property
     def lr(self) -> float:
         return self.lrs[0]
+
+    @property
+    def sweep_seeds(self) -> tuple[int, ...]:
+        return self.lr_check_seeds or self.seeds
+
+    def seeds_at(self, lr: float) -> tuple[int, ...]:
+        return self.seeds if lr in self.lrs else self.sweep_seeds
 
     @property
     def table(self) -> dict[str, TokenArm]:
@@ -92,12 +100,18 @@ REGIME_EVAL_EVERY = 10
 REGIME_WARMUP_STEPS = 3200
 
 
+# The learning-rate check's seeds, fixed at 05:58 UTC on 2026-12-02, before any learning-rate run, from the session's
+# time alone (no result read): all ten if the x1 runs finish by 06:55 UTC, else seeds 0-4 (its 60 runs take about
+# 30 min on 2 cores; half of them fit where all do not). The same seeds for every arm and factor, the reference's too.
+REGIME_LR_CHECK_SEEDS = COMPARISON_SEEDS
+
+
 def regime(frozen: dict[str, Any] | None = None) -> Suite:
     frozen = load_frozen() if frozen is None else frozen
     settings = LabSettings(steps=int(frozen["steps"]), eval_every=REGIME_EVAL_EVERY, pool_size=REGIME_POOL,
                            task="wide", clusters="codebook", warmup_steps=REGIME_WARMUP_STEPS)
     return Suite("regime", settings, tuple(REGIME_ARMS), COMPARISON_SEEDS, (float(frozen["lr"]),),
-                 report="docs/regime/token_lab.md", catalog="regime")
+                 report="docs/regime/token_lab.md", catalog="regime", lr_check_seeds=REGIME_LR_CHECK_SEEDS)
 
 
 SUITES = {"quick": quick, "full": full, "select": select, "regime": regime}
