@@ -27,8 +27,8 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
     lines = [
         "# The logistic lab where no prompt comes back (issue 29)",
         "",
-        f"Written by `{summary.command}` ({wall_minutes:.1f} min wall; runs finished by an earlier invocation are "
-        f"read from its cache). Machine: {summary.machine}. The plan and the rule: [docs/regime.md](../regime.md) "
+        f"Written by `{summary.command}` ({wall_minutes:.1f} min wall, {_ran(suite)}). "
+        f"Machine: {summary.machine}. The plan and the rule: [docs/regime.md](../regime.md) "
         f"(its last commit when this was written: `{rule_commit}`), [instruments/rule.py](../../instruments/rule.py); "
         f"the summary the rule reads: [docs/regime/logistic_lab.json](../regime/logistic_lab.json). The lab: "
         "[docs/lab.md](../lab.md), section 5.",
@@ -138,33 +138,50 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
 
 
 def _plot(summary: regime.InstrumentSummary, suite: SuiteRuns, path: Path) -> None:
+    """Held-out success per arm; the same minus GRPO n=8, paired by seed (the tasks differ by seed, so the absolute
+    bands overlap where the paired differences do not); the rule's final differences."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6), dpi=DPI, gridspec_kw={"width_ratios": [3, 2]})
-    x = suite.x
-    for key, arm in regime.ARMS.items():
-        mean, low, high = stats.band(suite.curves(key))
+    fig = plt.figure(figsize=(16, 12), dpi=DPI)
+    grid = fig.add_gridspec(2, 2, height_ratios=[3, 2])
+    curves, gaps, finals = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+    x, reference = suite.x, suite.curves(regime.REFERENCE)
+    colours = plt.get_cmap("tab20")([*range(0, 20, 2), 1])  # 11 distinct hues (tab20's dark shades, then one)
+    for colour, (key, arm) in zip(colours, regime.ARMS.items(), strict=True):
         style = "--" if arm.limit else (":" if arm.priors else "-")
-        (line,) = left.plot(x, mean, style, lw=2.2 if key == regime.REFERENCE else 1.2, label=arm.label)
-        left.fill_between(x, low, high, color=line.get_color(), alpha=0.12)
-    left.set(xlabel="training rollouts (priors arms: not counting the priors' rollouts)",
-             ylabel="held-out expected success", title="Held-out success, seed mean and 95% band")
-    left.legend(fontsize=7, loc="lower right")
-    rows = [(regime.ARMS[key].label, arm.difference) for key, arm in summary.arms.items() if key != regime.REFERENCE]
+        width = 2.4 if key == regime.REFERENCE else 1.3
+        curves.plot(x, suite.curves(key).mean(0), style, color=colour, lw=width, label=arm.label)
+        mean, low, high = stats.band(suite.curves(key) - reference)
+        gaps.plot(x, mean, style, color=colour, lw=width)
+        gaps.fill_between(x, low, high, color=colour, alpha=0.15)
+    curves.set(xlabel="training rollouts", ylabel="held-out expected success", title="Held-out success, seed mean")
+    curves.legend(fontsize=7, loc="lower right")
+    gaps.axhline(0.0, color="k", lw=0.8)
+    gaps.set(xlabel="training rollouts (priors arms: without the priors' rollouts)", ylabel="minus GRPO n=8",
+             title="Held-out success minus GRPO n=8, paired by seed (95% band)")
+    rows = [(regime.ARMS[key].label + (" (priors counted)" if arm.training_only is not None else ""), arm.difference)
+            for key, arm in summary.arms.items() if key != regime.REFERENCE]  # fmt: skip
     rows += [(f"{regime.ARMS[key].label} (training only)", arm.training_only) for key, arm in summary.arms.items()
              if arm.training_only is not None]  # fmt: skip
     for index, (_, interval) in enumerate(rows):
-        right.errorbar(interval.value, index, xerr=[[interval.value - interval.low], [interval.high - interval.value]],
-                       fmt="o", color="C3" if interval.high < 0 else ("C2" if interval.low > 0 else "C7"), capsize=3)
-    right.axvline(0.0, color="k", lw=0.8)
-    right.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
-    right.set(xlabel="final held-out success minus GRPO n=8 (95% paired CI)", title="The rule's difference")
+        finals.errorbar(interval.value, index, xerr=[[interval.value - interval.low], [interval.high - interval.value]],
+                        fmt="o", color="C3" if interval.high < 0 else ("C2" if interval.low > 0 else "C7"), capsize=3)
+    finals.axvline(0.0, color="k", lw=0.8)
+    finals.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
+    finals.set(xlabel="final held-out success minus GRPO n=8 (95% paired CI)",
+               title="The rule's final difference: green ahead, red behind, grey level")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _ran(suite: SuiteRuns) -> str:
+    if suite.ran == len(suite.results):
+        return f"running all {suite.ran} runs"
+    return f"running {suite.ran} of the {len(suite.results)} runs; the rest came from an earlier invocation's cache"
 
 
 def _count(revisit: dict[str, float]) -> str:

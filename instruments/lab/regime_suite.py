@@ -45,6 +45,7 @@ class SuiteRuns:
     seeds: int
     results: dict[RegimeSpec, RegimeResult]
     best: str  # the package's best arm, the third arm of the learning-rate check
+    ran: int = 0  # runs this invocation ran (the others came from the cache)
 
     def spec(self, arm: str, seed: int, factor: float = 1.0) -> RegimeSpec:
         return replace(self.base, arm=arm, seed=seed, lr_scale=factor)
@@ -68,8 +69,9 @@ class SuiteRuns:
 
 
 def run_specs(specs: Sequence[RegimeSpec], cache: Path | None, jobs: int = 1, desc: str = "runs"
-              ) -> dict[RegimeSpec, RegimeResult]:  # fmt: skip
-    """Each distinct spec once, with a progress bar; runs already in ``cache`` are read, not run."""
+              ) -> tuple[dict[RegimeSpec, RegimeResult], int]:  # fmt: skip
+    """Each distinct spec once, with a progress bar; runs already in ``cache`` are read, not run. Returns the results
+    and how many were run."""
     unique = list(dict.fromkeys(specs))
     out = {spec: result for spec in unique if (result := _cached(cache, spec)) is not None}  # type: ignore[arg-type]
     todo = [spec for spec in unique if spec not in out]
@@ -86,7 +88,7 @@ def run_specs(specs: Sequence[RegimeSpec], cache: Path | None, jobs: int = 1, de
                 _store(cache, spec, result)  # type: ignore[arg-type]
                 progress.update()
     progress.close()
-    return out
+    return out, len(todo)
 
 
 def _run_pair(spec: RegimeSpec) -> tuple[RegimeSpec, RegimeResult]:
@@ -97,13 +99,15 @@ def run_suite(base: RegimeSpec, seeds: int = SEEDS, cache: Path | None = None, j
     """The x1 runs of every arm, then the best package arm, then the learning-rate check's runs."""
     check_arms()
     specs = [replace(base, arm=arm, seed=seed, lr_scale=1.0) for arm in regime.ARMS for seed in range(seeds)]
-    results = run_specs(specs, cache, jobs, "regime runs (x1)")
-    suite = SuiteRuns(base, seeds, results, best="")
+    results, ran = run_specs(specs, cache, jobs, "regime runs (x1)")
+    suite = SuiteRuns(base, seeds, results, best="", ran=ran)
     differences = {key: arm_summary(suite, key).difference for key in regime.PACKAGE}  # priors counted
     suite.best = rule.best_package_arm(differences, regime.PACKAGE)
     lr_specs = [suite.spec(arm, seed, factor) for arm in lr_arms(suite.best) for factor in FACTORS
                 for seed in range(seeds)]  # fmt: skip
-    results.update(run_specs(lr_specs, cache, jobs, f"learning-rate check ({', '.join(lr_arms(suite.best))})"))
+    lr_results, ran = run_specs(lr_specs, cache, jobs, f"learning-rate check ({', '.join(lr_arms(suite.best))})")
+    results.update(lr_results)
+    suite.ran += ran
     return suite
 
 
