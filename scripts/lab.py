@@ -2,6 +2,7 @@
 
     python scripts/lab.py --suite quick --out /tmp/lab      # a few minutes on 2 cores
     python scripts/lab.py --suite full --out docs/lab       # up to about 30 minutes
+    python scripts/lab.py --suite regime --out docs/lab --jobs 1   # no prompt drawn twice (docs/lab/regime.md)
 
 See docs/lab.md for the environment, the metrics and the full suite's results.
 """
@@ -23,11 +24,13 @@ RESULTS = "results.pkl"  # the suite, its results and run info, to rerender the 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", choices=("quick", "full"), default="quick")
+    parser.add_argument("--suite", choices=("quick", "full", "regime"), default="quick")
     parser.add_argument("--out", type=Path, required=True, help="directory for lab.md and the PNG plots")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--seeds", type=int, default=None, help="override the suite's number of seeds (>= 2)")
     parser.add_argument("--steps", type=int, default=None, help="override the suite's steps per run")
+    parser.add_argument("--summary-dir", type=Path, default=None,
+                        help="--suite regime: where logistic_lab.json goes (default docs/regime)")
     parser.add_argument(
         "--rerender", action="store_true", help="rewrite DIR/lab.md and plots from DIR/results.pkl (no runs)"
     )
@@ -45,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         probe.unlink()
     except OSError as error:
         parser.error(f"--out {args.out} is not a writable directory: {error}")
-    if args.rerender and not (args.out / RESULTS).is_file():
+    if args.rerender and args.suite != "regime" and not (args.out / RESULTS).is_file():
         parser.error(f"--rerender needs {args.out / RESULTS} from an earlier run of this script")
     return args
 
@@ -63,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from instruments.lab.suites import SUITES
     from instruments.machine import describe_machine
 
+    if args.suite == "regime":
+        return regime_main(args, argv)
     if args.rerender:
         with open(args.out / RESULTS, "rb") as handle:
             saved = pickle.load(handle)
@@ -100,6 +105,32 @@ def main(argv: list[str] | None = None) -> int:
         pickle.dump({"suite": suite, "results": results, "info": info}, handle)
     path = write_report(suite, results, info, args.out)
     print(f"[lab] wrote {path} and its plots in {wall / 60:.1f} min")
+    return 0
+
+
+def regime_main(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The no-revisit regime (issue 29): its own runs (cached in DIR/regime/runs), the summary the rule reads, and
+    DIR/regime.md. ``--rerender`` reads every run from that cache (running any that is missing)."""
+    import subprocess
+
+    from instruments import regime
+    from instruments.lab.regime import SEEDS, RegimeSpec
+    from instruments.lab.regime_report import write_report
+    from instruments.lab.regime_suite import build_summary, run_suite
+    from instruments.machine import describe_machine
+
+    base = RegimeSpec("grpo8") if args.steps is None else RegimeSpec("grpo8", steps=args.steps)
+    seeds = SEEDS if args.seeds is None else args.seeds
+    print(f"[lab] suite regime: {seeds} seeds x {base.steps} steps, {args.jobs} process(es)")
+    start = time.perf_counter()
+    suite = run_suite(base, seeds, cache=args.out / "regime" / "runs", jobs=args.jobs)
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])])
+    summary = build_summary(suite, command, describe_machine())
+    written = regime.write_summary(summary, args.summary_dir or regime.SUMMARY_DIR)
+    rule_commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", "docs/regime.md"], capture_output=True,
+                                 text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
+    path = write_report(summary, suite, args.out, (time.perf_counter() - start) / 60, rule_commit)
+    print(f"[lab] wrote {written} and {path} in {(time.perf_counter() - start) / 60:.1f} min")
     return 0
 
 
