@@ -28,10 +28,12 @@ from bv_blend.verl.records import PROMPT_KEYS, EstimatorRecord
 
 logger = logging.getLogger(__name__)
 
-# Provisional, set from the arithmetic until issue 29's no-revisit measurements set it: below half, most rows are a
-# prompt's first visit, where BV-Blend's prompt level falls back to its cluster (or to the group: verl's GRPO) and SPO
-# is the batch-whitened reward (p^ = 0.5 for every prompt: REINFORCE++). Under verl's sampler it is V < 2.
-WARN_BELOW = 0.5
+# Set from issue 29's measurements (docs/history.md, "The start-time advisor"): 0.75, four visits per prompt under
+# verl's sampler. Where no prompt came back (share 0) a per-prompt history acted on no row: SPO n=1 trained as
+# REINFORCE++ n=1 (to float rounding) and BV-Blend's prompt level as its cluster level. The shares at which one acted
+# were 0.875-0.94 (8-16 visits, the last round's token lab), and even there it did not beat its history-free twin.
+# Nothing was measured between; 0.75 is the issue's boundary of "often revisited" (four visits or more).
+WARN_BELOW = 0.75
 # The options that start a history from `bv-blend priors`' file (history_spec 4), by their name in a section.
 PRIOR_OPTIONS = ("prior_file", "offline_values")
 # The option that chooses whose history an estimator keeps, on its math's config (BV-Blend's history_spec 3).

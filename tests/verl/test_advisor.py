@@ -148,9 +148,9 @@ def test_the_history_sampler_is_planned_as_independent_batches(caplog):
     assert "the history sampler's independent batches" in warnings[0].getMessage()
 
 
-@pytest.mark.parametrize(("steps", "warns"), [(19, True), (20, False)])
-def test_the_threshold_is_half_the_rows(caplog, steps, warns):
-    """100 prompts, 10 a step: 19 steps (V = 1.9, share 0.47) warn, 20 steps (V = 2, share 0.5) do not."""
+@pytest.mark.parametrize(("steps", "warns"), [(39, True), (40, False)])
+def test_the_threshold_is_three_quarters_of_the_rows(caplog, steps, warns):
+    """100 prompts, 10 a step: 39 steps (V = 3.9, share 0.744) warn, 40 steps (V = 4, share 0.75) do not."""
     overrides = [*SPO, "data.train_batch_size=10", f"trainer.total_training_steps={steps}", "trainer.total_epochs=5"]
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         advice, warnings = _advise(overrides, prompts=100, caplog=caplog)
