@@ -29,8 +29,8 @@ from bv_blend.verl.records import PROMPT_KEYS, EstimatorRecord
 logger = logging.getLogger(__name__)
 
 # Set from issue 29's measurements (docs/history.md, "The start-time advisor"): 0.75, four visits per prompt under
-# verl's sampler. Where no prompt came back (share 0) a per-prompt history acted on no row: SPO n=1 trained as
-# REINFORCE++ n=1 (to float rounding) and BV-Blend's prompt level as its cluster level. The shares at which one acted
+# verl's sampler. Where no prompt came back (share 0) a per-prompt history acted on no row: SPO n=1's advantages were
+# REINFORCE++ n=1's to float rounding (both labs; level with it) and BV-Blend's prompt level is its cluster level. The shares at which one acted
 # were 0.875-0.94 (8-16 visits, the last round's token lab), and even there it did not beat its history-free twin.
 # Nothing was measured between; 0.75 is the issue's boundary of "often revisited" (four visits or more).
 WARN_BELOW = 0.75
