@@ -30,9 +30,9 @@ logger = logging.getLogger(__name__)
 
 # Set from issue 29's measurements (docs/history.md, "The start-time advisor"): 0.75, four visits per prompt under
 # verl's sampler. Where no prompt came back (share 0) a per-prompt history acted on no row: SPO n=1's advantages were
-# REINFORCE++ n=1's to float rounding (both labs; level with it) and BV-Blend's prompt level is its cluster level. The shares at which one acted
-# were 0.875-0.94 (8-16 visits, the last round's token lab), and even there it did not beat its history-free twin.
-# Nothing was measured between; 0.75 is the issue's boundary of "often revisited" (four visits or more).
+# REINFORCE++ n=1's to float rounding (both labs; level with it) and BV-Blend's prompt level is its cluster level.
+# The shares at which one acted were 0.875-0.94 (8-16 visits, the last round's token lab), and even there it did not
+# beat its history-free twin. Nothing was measured between; 0.75 is the issue's "often revisited" (four visits).
 WARN_BELOW = 0.75
 # The options that start a history from `bv-blend priors`' file (history_spec 4), by their name in a section.
 PRIOR_OPTIONS = ("prior_file", "offline_values")
