@@ -21,6 +21,10 @@ from instruments.lab.token.store import Store
 from instruments.lab.token.suites import LR_SWEEP_FACTORS
 
 REFERENCE = regime.REFERENCE
+# Paired contrasts the report prints beside the rule's reading (they judge nothing): the package's arm against
+# the history-free batch baseline, BV-Blend's group sizes, and each limit against its own base.
+CONTRASTS = (("bv_cluster2", "rpp1"), ("bv_cluster1", "rpp1"), ("bv_cluster2", "bv_cluster8"),
+             ("oracle_baseline1", "rpp1"), ("knapsack_grpo2", "grpo2"), ("knapsack_grpo2", "rpp1"))
 
 
 def prior_rollouts(results: SuiteResults) -> int:
@@ -126,6 +130,15 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
         for key in sorted(regime.LIMITS & set(found.arms)):
             lead = rule.headroom(found.arms[key].difference, base.difference)
             lines.append(f"- {regime.ARMS[key].label}: {lead:+.3f}")
+    finals = {key: np.array([r.pass_rate[-1] for r in results.runs(key)]) for key in found.arms}
+    pairs = [(a, b) for a, b in CONTRASTS if a in finals and b in finals]
+    if pairs:
+        lines += ["", "Paired contrasts (final held-out pass rate, first minus second, 95% paired bootstrap; they "
+                  "judge nothing):", ""]
+        for a, b in pairs:
+            contrast = stats.paired_difference(finals[a], finals[b])
+            lines.append(f"- {results.suite.table[a].label} minus {results.suite.table[b].label}: "
+                         f"{_interval(contrast, signed=True)}")
     if found.lr_check:
         lines += ["", "## Learning-rate check (x0.5, x2; each arm against GRPO n=8 at the same learning rate)", "",
                   "| arm | x0.5 | x1 | x2 |", "|---|---|---|---|"]
