@@ -100,7 +100,7 @@ REGIME_EVAL_EVERY = 10
 REGIME_WARMUP_STEPS = 3200
 
 
-# The learning-rate check's seeds, fixed at 05:58 UTC on 2026-12-02, before any learning-rate run, from the session's
+# The learning-rate check's seeds, fixed at 05:56 UTC on 2026-12-02, before any learning-rate run, from the session's
 # time alone (no result read): all ten if the x1 runs finish by 06:55 UTC, else seeds 0-4 (its 60 runs take about
 # 30 min on 2 cores; half of them fit where all do not). The same seeds for every arm and factor, the reference's too.
 REGIME_LR_CHECK_SEEDS = COMPARISON_SEEDS
