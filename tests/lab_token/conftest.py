@@ -38,8 +38,7 @@ def tiny_cache(tmp_path_factory) -> str:
     return str(store.cache)
 
 
-@pytest.fixture()
-def random_scores(monkeypatch):
+def coin_flip_scores(monkeypatch) -> None:
     """Training rollouts get seeded coin-flip scores (the held-out evaluation keeps the verifier's)."""
     real = run_module.sample
 
@@ -49,3 +48,8 @@ def random_scores(monkeypatch):
         return replace(rollouts, scores=(torch.rand(len(rollouts.scores), generator=generator) < 0.5).float())
 
     monkeypatch.setattr(run_module, "sample", sample)
+
+
+@pytest.fixture()
+def random_scores(monkeypatch):
+    coin_flip_scores(monkeypatch)

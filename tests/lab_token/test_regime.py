@@ -23,7 +23,7 @@ from instruments.lab.token import regime as token_regime
 from instruments.lab.token import run as run_module
 from instruments.lab.token.arms import REGIME_ARMS
 from instruments.lab.token.suites import Suite
-from tests.lab_token.conftest import TINY
+from tests.lab_token.conftest import TINY, coin_flip_scores
 
 SETTINGS = replace(TINY, task="wide", clusters="codebook", pool_size=16, oracle_samples=2, prior_samples=2)
 SUITE = Suite("regime", SETTINGS, tuple(REGIME_ARMS), (0, 1), (1e-4,), catalog="regime")
@@ -36,14 +36,7 @@ def finished(tmp_path_factory) -> tuple[runner.SuiteResults, Path]:
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("regime")
     with pytest.MonkeyPatch.context() as patch:
-        real = run_module.sample
-
-        def coin_flips(model, tokenizer, problems, n, max_new_tokens=16):
-            rollouts = real(model, tokenizer, problems, n, max_new_tokens)
-            generator = torch.Generator().manual_seed(int(rollouts.sequences.sum()))
-            return replace(rollouts, scores=(torch.rand(len(rollouts.scores), generator=generator) < 0.5).float())
-
-        patch.setattr(run_module, "sample", coin_flips)
+        coin_flip_scores(patch)
         results = runner.run_suite(SUITE, out, jobs=1, lr_sweep="regime", log=lambda line: None)
     return results, out
 
