@@ -291,6 +291,7 @@ def test_the_documented_command_is_the_regimes_and_parses():
     a = load_script("compare_cpu").parse_args(argv)
     assert a.arms == no_revisit.command_arms() and a.seeds == [0, 1, 2, 3, 4] and len(a.specs) == 45
     assert (a.steps, a.test_freq, a.val_samples, a.rollouts_per_step, a.pool) == (60, 20, 4, 32, 1920)
+    assert a.warmup_steps == 3200  # the wide task's warm-up (instruments/lab/token/regime_warmup.json)
     assert (a.task, a.distinct_train, a.section, a.regime_summary) == ("wide", True, "compare_cpu_regime",
                                                                         Path("docs/regime"))
     assert compare_report.markers(a.section)[0] in doc
