@@ -5,6 +5,8 @@
     python scripts/lab_token.py --suite full --out runs/lab_token --lr-sweep  # + lr x0.5 and x2 (ref and best)
     python scripts/lab_token.py --suite full --out runs/lab_token --report-only
     python scripts/lab_token.py --suite select --out runs/lab_token_select    # the lr/step selection (done once)
+    python scripts/lab_token.py --suite regime --out runs/regime_token --jobs 2 --lr-sweep regime
+                                  # no prompt drawn twice (issue 29): ~50 min; docs/regime/token_lab.md and .json
 
 A stopped suite resumes: rerun the same command (finished runs are kept; a folder made with other settings is
 refused). The logic lives in instruments/lab/token; docs/lab_token.md explains the lab and holds the full suite's
