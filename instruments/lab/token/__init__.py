@@ -9,6 +9,7 @@ estimator through ``bv_blend.verl.offline`` (the face the logistic lab uses). A 
 Read top-down: ``arms`` (what is compared, as data), ``pool`` (which prompts a step trains on), ``advantages``
 (the call into verl), ``run`` (one run), ``suites`` (quick, full, select), ``store`` and ``runner`` (result files,
 resume, worker processes), ``stats``, ``selection``, ``plots`` and ``report``; the no-revisit regime (issue 29):
-``assets`` (the codebook's clusters of the pool, the offline priors) and ``regime`` (its summary and report). The face is scripts/lab_token.py;
-docs/lab_token.md is the full suite's report.
+``assets`` (the codebook's clusters of the pool, the offline priors) and ``regime`` (its summary and report).
+The face is scripts/lab_token.py; docs/lab_token.md is the full suite's report, docs/regime/token_lab.md the
+regime's.
 """
