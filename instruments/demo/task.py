@@ -117,6 +117,16 @@ def families_of(task: str) -> dict[str, Family]:
     return TASKS[task]
 
 
+def even_shares(n: int, parts: int) -> list[int]:
+    """``n`` split over ``parts`` as evenly as it goes, the first parts taking the remainder."""
+    return [n // parts + (i < n % parts) for i in range(parts)]
+
+
+def interleave(chosen: list[list[Problem]]) -> list[Problem]:
+    """One problem of each family in turn (round robin), so that every stretch of rows covers every family."""
+    return [group[i] for i in range(max(map(len, chosen))) for group in chosen if i < len(group)]
+
+
 def make_problems(n: int, seed: int, exclude: Collection[str] = (), task: str = "demo") -> list[Problem]:
     """``n`` problems drawn evenly over the task's families (round robin), reproducible from ``seed``.
 
@@ -148,15 +158,14 @@ def distinct_problems(n: int, seed: int, exclude: Collection[str] = (), task: st
     excluded = set(exclude)
     rng = random.Random(seed)
     families = list(families_of(task).values())
-    shares = [n // len(families) + (i < n % len(families)) for i in range(len(families))]
+    shares = even_shares(n, len(families))
     spaces = [[p for p in family.space() if p.question not in excluded] for family in families]
     for family, space, share in zip(families, spaces, shares, strict=True):
         if share > len(space):
             raise ValueError(f"family '{family.name}' of task {task!r} has {len(space)} problems outside the held-out "
                              f"split, fewer than its share {share} of {n} distinct problems: ask for at most "
                              f"{min(map(len, spaces)) * len(families)}, or use a wider task ({sorted(TASKS)})")
-    chosen = [rng.sample(space, share) for space, share in zip(spaces, shares, strict=True)]
-    return [chosen[f][i] for i in range(max(shares)) for f in range(len(families)) if i < shares[f]]
+    return interleave([rng.sample(space, share) for space, share in zip(spaces, shares, strict=True)])
 
 
 def held_out_problems(n: int, seed: int, task: str = "demo") -> list[Problem]:
@@ -167,7 +176,7 @@ def held_out_problems(n: int, seed: int, task: str = "demo") -> list[Problem]:
     """
     rng = random.Random(seed)
     families = list(families_of(task).values())
-    per_family = [n // len(families) + (i < n % len(families)) for i in range(len(families))]
+    per_family = even_shares(n, len(families))
     chosen = []
     for family, k in zip(families, per_family, strict=True):
         # keep at least half of a family's prompts for training, so that the family is still trained on
@@ -175,8 +184,7 @@ def held_out_problems(n: int, seed: int, task: str = "demo") -> list[Problem]:
             raise ValueError(f"{n} held-out prompts take {k} of family '{family.name}', which has only "
                              f"{family.size}; use at most {min(f.size for f in families) // 2 * len(families)}")
         chosen.append([family.problem_at(i) for i in rng.sample(range(family.size), k)])
-    # interleave the families, so that the first rows of the file cover every family
-    return [chosen[f][i] for i in range(max(per_family)) for f in range(len(families)) if i < per_family[f]]
+    return interleave(chosen)  # the first rows of the file cover every family
 
 
 def assert_disjoint(train_questions: Collection[str], val_questions: Collection[str]) -> None:

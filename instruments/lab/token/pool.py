@@ -19,20 +19,19 @@ from collections.abc import Collection
 
 import numpy as np
 
-from instruments.demo.task import Problem, families_of
+from instruments.demo.task import Problem, even_shares, families_of, interleave
 
 
 def training_pool(size: int, seed: int, held_out: Collection[str], task: str = "demo") -> list[Problem]:
     """``size`` problems, round robin over the task's families, none of them in ``held_out``."""
     rng = random.Random(seed)
     families = list(families_of(task).values())
-    shares = [size // len(families) + (i < size % len(families)) for i in range(len(families))]
     chosen = []
-    for family, share in zip(families, shares, strict=True):
+    for family, share in zip(families, even_shares(size, len(families)), strict=True):
         space = [p for p in family.space() if p.question not in held_out]
         rng.shuffle(space)
         chosen.append([space[i % len(space)] for i in range(share)])
-    return [chosen[f][i] for i in range(max(shares)) for f in range(len(families)) if i < shares[f]]
+    return interleave(chosen)
 
 
 class PromptOrder:

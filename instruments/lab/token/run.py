@@ -173,10 +173,11 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
         if arm.oracle == "allocation":
             sizes = knapsack_allocation(p_true, settings.budget, KNAPSACK_LOW, KNAPSACK_HIGH)
             chosen, p_true, sizes = chosen[sizes > 0], p_true[sizes > 0], sizes[sizes > 0]
-        # a group of N_i rows is its prompt repeated N_i times, each sampled once (groups may differ in size)
-        problems = [pool[i] for i, size in zip(chosen, sizes, strict=True) for _ in range(size)]
-        rollouts = (sample(model, tokenizer, [pool[i] for i in chosen], n, settings.max_new_tokens)
-                    if arm.oracle != "allocation" else sample(model, tokenizer, problems, 1, settings.max_new_tokens))
+            # a group of N_i rows is its prompt repeated N_i times, each sampled once (groups differ in size)
+            repeated = [pool[i] for i, size in zip(chosen, sizes, strict=True) for _ in range(size)]
+            rollouts = sample(model, tokenizer, repeated, 1, settings.max_new_tokens)
+        else:
+            rollouts = sample(model, tokenizer, [pool[i] for i in chosen], n, settings.max_new_tokens)
         rows = np.repeat(chosen, sizes)
         uids = np.repeat(np.array([f"{step}:{j}" for j in range(len(chosen))], dtype=object), sizes)
         toc = time.perf_counter()
