@@ -16,6 +16,7 @@ it stopped. A spec is everything that determines a run's numbers, so a changed s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -23,6 +24,7 @@ import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -140,11 +142,11 @@ def _mean_update_norm(runs: Sequence[RunResult]) -> float:
     return float(np.mean([run.update_norm.mean() for run in runs]))
 
 
-def _cache_file(cache: Path, spec: RunSpec) -> Path:
+def _cache_file(cache: Path, spec: Any) -> Path:
     return cache / (hashlib.sha256(repr(spec).encode()).hexdigest()[:24] + ".pkl")
 
 
-def _cached(cache: Path | None, spec: RunSpec) -> RunResult | None:
+def _cached(cache: Path | None, spec: Any) -> Any:
     if cache is None or not _cache_file(cache, spec).exists():
         return None
     with open(_cache_file(cache, spec), "rb") as handle:
@@ -152,7 +154,7 @@ def _cached(cache: Path | None, spec: RunSpec) -> RunResult | None:
     return result if saved_spec == spec else None  # a hash collision is a new run
 
 
-def _store(cache: Path | None, spec: RunSpec, result: RunResult) -> None:
+def _store(cache: Path | None, spec: Any, result: Any) -> None:
     if cache is None:
         return
     cache.mkdir(parents=True, exist_ok=True)
@@ -164,35 +166,38 @@ def _store(cache: Path | None, spec: RunSpec, result: RunResult) -> None:
 
 
 def _run_many(specs: Sequence[RunSpec], jobs: int, desc: str, cache: Path | None = None) -> dict[RunSpec, RunResult]:
-    """Run each distinct spec once (in ``jobs`` forked processes), longest first, with a progress bar; runs already
-    in ``cache`` are read, not run."""
+    """Run each distinct spec once, longest first (:func:`run_cached`)."""
     unique = sorted(dict.fromkeys(specs), key=lambda spec: -spec.steps)
-    if not unique:
-        return {}
-    out: dict[RunSpec, RunResult] = {}
-    for spec in unique:
-        if (result := _cached(cache, spec)) is not None:
-            out[spec] = result
+    return run_cached(unique, run, jobs, desc, cache)[0] if unique else {}
+
+
+def run_cached(specs: Sequence[Any], run_one: Callable[[Any], Any], jobs: int, desc: str,
+               cache: Path | None = None) -> tuple[dict[Any, Any], int]:
+    """``run_one`` of each distinct spec once (in ``jobs`` forked processes), in order, with a progress bar; runs
+    already in ``cache`` are read, not run. Returns the results and how many were run. ``run_one`` must be a module
+    function (the workers receive it by name)."""
+    unique = list(dict.fromkeys(specs))
+    out = {spec: result for spec in unique if (result := _cached(cache, spec)) is not None}
     todo = [spec for spec in unique if spec not in out]
     progress = tqdm(total=len(unique), initial=len(out), desc=desc, unit="run", dynamic_ncols=True)
     if jobs <= 1:
         for spec in todo:
-            out[spec] = run(spec)
+            out[spec] = run_one(spec)
             _store(cache, spec, out[spec])
             progress.update()
     elif todo:
         # fork: workers inherit the imported verl and bv_blend (spawning would import verl again in each)
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_single_thread) as pool:
-            for spec, result in pool.imap_unordered(_run_pair, todo, chunksize=1):
+            for spec, result in pool.imap_unordered(functools.partial(_run_pair, run_one), todo, chunksize=1):
                 out[spec] = result
                 _store(cache, spec, result)
                 progress.update()
     progress.close()
-    return out
+    return out, len(todo)
 
 
-def _run_pair(spec: RunSpec) -> tuple[RunSpec, RunResult]:
-    return spec, run(spec)
+def _run_pair(run_one: Callable[[Any], Any], spec: Any) -> tuple[Any, Any]:
+    return spec, run_one(spec)
 
 
 def _single_thread() -> None:

@@ -4,23 +4,21 @@ check (x0.5, x2) for GRPO n = 8, REINFORCE++ n = 1 and the package's best arm (`
 after the x1 runs and before any learning-rate run). Writes ``docs/regime/logistic_lab.json``
 (``instruments.regime.write_summary``); ``instruments.lab.regime_report`` writes docs/lab/regime.md from it.
 
-Every finished run is kept in the cache folder under a hash of its spec (``experiments._cached``/``_store``), so the
+Every finished run is kept in the cache folder under a hash of its spec (``experiments.run_cached``), so the
 same command after an interruption runs only the rest.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from instruments import regime, rule, stats
-from instruments.lab.experiments import _cached, _single_thread, _store
+from instruments.lab.experiments import run_cached
 from instruments.lab.regime import (
     NMI_TARGET,
     PRIOR_SAMPLES,
@@ -72,27 +70,7 @@ def run_specs(specs: Sequence[RegimeSpec], cache: Path | None, jobs: int = 1, de
               ) -> tuple[dict[RegimeSpec, RegimeResult], int]:  # fmt: skip
     """Each distinct spec once, with a progress bar; runs already in ``cache`` are read, not run. Returns the results
     and how many were run."""
-    unique = list(dict.fromkeys(specs))
-    out = {spec: result for spec in unique if (result := _cached(cache, spec)) is not None}  # type: ignore[arg-type]
-    todo = [spec for spec in unique if spec not in out]
-    progress = tqdm(total=len(unique), initial=len(out), desc=desc, unit="run", dynamic_ncols=True)
-    if jobs <= 1:
-        for spec in todo:
-            out[spec] = run_regime(spec)
-            _store(cache, spec, out[spec])  # type: ignore[arg-type]
-            progress.update()
-    elif todo:  # fork: workers inherit the imported verl and bv_blend
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_single_thread) as pool:
-            for spec, result in pool.imap_unordered(_run_pair, todo, chunksize=1):
-                out[spec] = result
-                _store(cache, spec, result)  # type: ignore[arg-type]
-                progress.update()
-    progress.close()
-    return out, len(todo)
-
-
-def _run_pair(spec: RegimeSpec) -> tuple[RegimeSpec, RegimeResult]:
-    return spec, run_regime(spec)
+    return run_cached(specs, run_regime, jobs, desc, cache)
 
 
 def run_suite(base: RegimeSpec, seeds: int = SEEDS, cache: Path | None = None, jobs: int = 1) -> SuiteRuns:
