@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from instruments import rule
+from instruments import rule, stats
 from instruments.stats import Interval
 
 SUMMARY_DIR = Path(__file__).resolve().parents[1] / "docs" / "regime"
@@ -51,7 +51,7 @@ HEADROOM_BASE = "rpp1"
 
 @dataclass
 class ArmSummary:
-    final: Interval  # seed-mean final held-out pass rate
+    final: Interval  # seed-mean final held-out pass rate (a priors arm: with its priors counted, as judged)
     difference: Interval  # paired, minus the reference; priors counted for a priors arm
     reach: Interval  # rollouts to reach the reference's final value, x the reference's (judges nothing)
     verdict: str = ""
@@ -76,6 +76,25 @@ class InstrumentSummary:
         unknown = sorted(set(self.arms) - set(ARMS))
         if unknown:
             raise ValueError(f"{self.instrument}: arms {unknown} are not regime arms ({', '.join(ARMS)})")
+
+
+def arm_summary(curves: Any, x: Any, reference: Any, x_reference: Any,
+                prior_rollouts: int | None = None) -> ArmSummary:
+    """One arm's reading, from its (seeds, points) held-out curves over rollouts ``x`` and the reference's, paired by
+    seed (row). With ``prior_rollouts`` (a priors arm) the judged final and difference count them in the budget
+    (:func:`final_with_priors`), its curve is placed after them for the reach, and ``training_only`` leaves them out."""
+    import numpy as np
+
+    curves, reference = np.asarray(curves, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    x, x_reference = np.asarray(x, dtype=np.float64), np.asarray(x_reference, dtype=np.float64)
+    final = curves[:, -1]
+    if prior_rollouts is None:
+        return ArmSummary(stats.mean_interval(final), stats.paired_difference(final, reference[:, -1]),
+                          stats.reach_interval(curves, reference, x, x_reference))
+    counted = final_with_priors(curves, x, prior_rollouts)
+    return ArmSummary(stats.mean_interval(counted), stats.paired_difference(counted, reference[:, -1]),
+                      stats.reach_interval(curves, reference, x + prior_rollouts, x_reference),
+                      training_only=stats.paired_difference(final, reference[:, -1]))
 
 
 def write_summary(summary: InstrumentSummary, directory: Path = SUMMARY_DIR) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from instruments import regime, stats
+from instruments import regime
 from instruments.demo import reward as demo_reward
 from instruments.demo.compare import file_sha256
 from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
@@ -171,21 +171,17 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
     arms = {}
     for key in (k for k in regime.ARMS if k in by_arm):
         curves = _matrix(by_arm[key], seeds, steps)
-        final = curves[:, -1]
         if not regime.ARMS[key].priors:
-            arms[key] = regime.ArmSummary(stats.mean_interval(final), stats.paired_difference(final, reference[:, -1]),
-                                          stats.reach_interval(curves, reference, x, x))
+            arms[key] = regime.arm_summary(curves, x, reference, x)
             continue
         if priors is None:
             raise ValueError(f"{key} read offline priors, and no priors record was given: their rollouts must count")
         stale = [s for s in seeds if by_arm[key][s].get("priors_sha256") != priors["sha256"]]
         if stale:
             raise ValueError(f"{key}'s runs of seeds {stale} read another priors file than {priors['file']}")
-        counted = regime.final_with_priors(curves, x, prior_rollouts)
-        # placed after its priors: the run's curve starts at the priors' rollouts (docs/regime.md, addendum)
-        arms[key] = regime.ArmSummary(stats.mean_interval(final), stats.paired_difference(counted, reference[:, -1]),
-                                      stats.reach_interval(curves, reference, x + prior_rollouts, x),
-                                      training_only=stats.paired_difference(final, reference[:, -1]))
+        # placed after its priors: the run's curve starts at the priors' rollouts (docs/regime.md, addendum); its
+        # final, like the other instruments', is the judged one (priors counted)
+        arms[key] = regime.arm_summary(curves, x, reference, x, prior_rollouts)
     return regime.InstrumentSummary(INSTRUMENT, command, machine, seeds, _revisits(used), arms,
                                     notes=_notes(by_arm, seeds, used, steps, preparation, priors, missing))
 

@@ -97,16 +97,9 @@ def arm_summary(suite: SuiteRuns, key: str, factor: float = 1.0) -> regime.ArmSu
     """The rule's reading of one arm against GRPO n = 8 at the same learning-rate factor: final held-out success,
     its paired difference and the rollouts-to-reach ratio; a priors arm with its priors' rollouts counted (and its
     training-only difference beside it)."""
-    curves, reference = suite.curves(key, factor), suite.curves(regime.REFERENCE, factor)
-    x = suite.x
-    training_only = stats.paired_difference(curves[:, -1], reference[:, -1])
-    if not regime.ARMS[key].priors:
-        return regime.ArmSummary(stats.mean_interval(curves[:, -1]), training_only,
-                                 stats.reach_interval(curves, reference, x, x))  # fmt: skip
-    counted = regime.final_with_priors(curves, x, suite.prior_rollouts)
-    return regime.ArmSummary(stats.mean_interval(counted), stats.paired_difference(counted, reference[:, -1]),
-                             stats.reach_interval(curves, reference, x + suite.prior_rollouts, x),
-                             training_only=training_only)  # fmt: skip
+    paid = suite.prior_rollouts if regime.ARMS[key].priors else None
+    return regime.arm_summary(suite.curves(key, factor), suite.x, suite.curves(regime.REFERENCE, factor), suite.x,
+                              paid)
 
 
 def revisits(runs: Sequence[RegimeResult], base: RegimeSpec) -> dict[str, float]:

@@ -230,6 +230,7 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     for key in ("spo1_priors", "bv2_priors"):
         assert arms[key].training_only.value == pytest.approx(0.04) and arms[key].training_only.low > 0
         assert arms[key].difference.value == pytest.approx(-0.11) and arms[key].verdict == "behind"
+        assert arms[key].final.value == pytest.approx(0.20)  # judged with the priors counted, as in the labs
         assert arms[key].reach.value > 8  # its curve starts after the priors: 15,360 rollouts over 1,920
     assert arms["spo1"].training_only is None
     assert summary.revisits == {"max": 1.0, "mean": 1.0}

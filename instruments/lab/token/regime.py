@@ -41,14 +41,8 @@ def arm_summary(results: SuiteResults, key: str, lr: float | None = None) -> reg
     """One arm at one learning rate against the reference at the same learning rate, paired by seed."""
     x_ref, ref = _curves(results, REFERENCE, lr)
     x, curves = _curves(results, key, lr)
-    final = curves[:, -1]
-    training_only = None
-    if results.suite.table[key].priors:
-        training_only = stats.paired_difference(final, ref[:, -1])
-        paid = prior_rollouts(results)
-        final, x = regime.final_with_priors(curves, x, paid), x + paid
-    return regime.ArmSummary(stats.mean_interval(final), stats.paired_difference(final, ref[:, -1]),
-                             stats.reach_interval(curves, ref, x, x_ref), training_only=training_only)
+    paid = prior_rollouts(results) if results.suite.table[key].priors else None
+    return regime.arm_summary(curves, x, ref, x_ref, paid)
 
 
 def complete(results: SuiteResults, lr: float | None = None) -> list[str]:
