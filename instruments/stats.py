@@ -116,3 +116,33 @@ def probability_of_improvement(values: np.ndarray, reference: np.ndarray) -> Int
                                  b[:, None]), vectorized=False, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
                                  method="percentile", rng=np.random.default_rng(0))
     return Interval(value, float(result.confidence_interval.low), float(result.confidence_interval.high))
+
+
+def format_interval(interval: Interval | None, signed: bool = False, digits: int = 3) -> str:
+    """``value [low, high]``, the bounds written like the value (signed for a difference); the value alone where
+    there is no interval (one seed), and nothing for no interval at all. The one format of every report."""
+    if interval is None:
+        return ""
+    spec = f"{'+' if signed else ''}.{digits}f"
+    value = format(interval.value, spec)
+    if not (np.isfinite(interval.low) and np.isfinite(interval.high)):
+        return value
+    return f"{value} [{format(interval.low, spec)}, {format(interval.high, spec)}]"
+
+
+def format_reach(interval: Interval, point: bool = False) -> str:
+    """A rollouts-to-reach ratio with its interval (the module's docstring: "> 1.00x (not reached)" for the ratio,
+    "not reached" for an infinite bound, "n/a" where the ratio is undefined); ``point``: the ratio alone."""
+    if np.isnan(interval.value):
+        return "n/a"
+    value = "> 1.00x (not reached)" if np.isinf(interval.value) else f"{interval.value:.2f}x"
+    bounds = format_reach_bounds(interval)
+    return value if point or bounds == "n/a" else f"{value} {bounds}"
+
+
+def format_reach_bounds(interval: Interval) -> str:
+    """The interval of a rollouts-to-reach ratio alone, ``[low, high]``; "n/a" where it has none."""
+    if np.isnan(interval.value) or np.isnan(interval.low) or np.isnan(interval.high):
+        return "n/a"
+    low, high = ("not reached" if np.isinf(bound) else f"{bound:.2f}x" for bound in (interval.low, interval.high))
+    return f"[{low}, {high}]"

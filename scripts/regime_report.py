@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def recommendation_lines(found: dict) -> list[str]:
-    from instruments import regime, rule
+    from instruments import regime, rule, stats
 
     recommendation = rule.recommend(regime.differences(found), regime.LIMITS)
     missing = [name for name in INSTRUMENTS if name not in found]
@@ -56,7 +56,8 @@ def recommendation_lines(found: dict) -> list[str]:
         cells = []
         for name in names:
             summary = found[name].arms.get(key)
-            cells.append("not run" if summary is None else f"{_signed(summary.difference)} {summary.verdict}")
+            cells.append("not run" if summary is None
+                         else f"{stats.format_interval(summary.difference, signed=True)} {summary.verdict}")
         lines.append(f"| {arm.label} | " + " | ".join(cells) + " |")
     lines += [""]
     if recommendation.arm is None:
@@ -77,10 +78,6 @@ def recommendation_lines(found: dict) -> list[str]:
                 leads.append(f"{name} {lead:+.3f}")
         lines.append(f"- {regime.ARMS[key].label}: {', '.join(leads) or 'not run'}")
     return lines
-
-
-def _signed(interval) -> str:
-    return f"{interval.value:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}]"
 
 
 if __name__ == "__main__":

@@ -162,19 +162,6 @@ def reach_interval(arm: dict[int, dict], reference: dict[int, dict], rollouts_pe
     return lab_stats.Interval(nan, nan, nan) if aligned is None else lab_stats.reach_interval(*aligned)
 
 
-def _reach_text(ratio: float) -> str:
-    if math.isnan(ratio):
-        return "n/a"
-    return "> 1.00x (not reached)" if math.isinf(ratio) else f"{ratio:.2f}x"
-
-
-def _reach_ci_text(interval: lab_stats.Interval) -> str:
-    if math.isnan(interval.low) or math.isnan(interval.value):
-        return "n/a"
-    low, high = (("not reached" if math.isinf(b) else f"{b:.2f}x") for b in (interval.low, interval.high))
-    return f"[{low}, {high}]"
-
-
 def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None) -> tuple[str, int] | None:
     """The reference arm: the one asked for if it has results, else the first arm (None without results)."""
     arms = _arms(results)
@@ -210,8 +197,9 @@ def paired_differences(results: Sequence[dict], reference: tuple[str, int] | Non
                    else f"{key[0] if mean > 0 else reference[0]} ahead")
         reach = reach_interval(mine, ref, rollouts)
         rows[_label_of(runs)] = {"seeds": str(len(seeds)), f"minus {ref_label} (final)": _fmt(mean, half, sign=True),
-                                 "95% CI": verdict, "rollouts to reach, x ref": _reach_text(reach.value),
-                                 "its 95% CI": _reach_ci_text(reach)}
+                                 "95% CI": verdict,
+                                 "rollouts to reach, x ref": lab_stats.format_reach(reach, point=True),
+                                 "its 95% CI": lab_stats.format_reach_bounds(reach)}
     return pd.DataFrame(rows).T
 
 

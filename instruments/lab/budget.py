@@ -23,6 +23,7 @@ from instruments.lab.estimators import ESTIMATORS
 from instruments.lab.experiments import Arm, Experiment, ExperimentResult
 from instruments.lab.metrics import summarise
 from instruments.lab.run import RunSpec
+from instruments.stats import format_interval, format_reach
 
 KEY = "budget"
 REFERENCE_SIZE = 8
@@ -106,8 +107,8 @@ def section(result: ExperimentResult) -> list[str]:
         final = stats.mean_interval(curves[:, -1])
         delta = stats.paired_difference(curves[:, -1], ref_curves[:, -1])
         equal = np.mean([run.all_equal_ratio.mean() for run in arm.runs])
-        lines.append(f"| {label} | {_ratio(ratios[label])} | {_interval(final)} | "
-                     f"{'ref' if label == reference_label else _interval(delta, sign=True)} | {equal:.2f} | "
+        lines.append(f"| {label} | {format_reach(ratios[label])} | {format_interval(final)} | "
+                     f"{'ref' if label == reference_label else format_interval(delta, signed=True)} | {equal:.2f} | "
                      f"{np.median(summaries[label].max_abs):.3g} |")  # fmt: skip
     lines += ["", *_revisits(result), "", *_across_sizes(ratios), "", *_limits(summaries), ""]
     return lines
@@ -136,7 +137,7 @@ def _across_sizes(ratios: dict[str, stats.Interval]) -> list[str]:
         cells = []
         for g in sizes:
             label = BudgetArm(estimator, sampler, g).label
-            cells.append(_ratio(ratios[label], point=True) if label in ratios else "")
+            cells.append(format_reach(ratios[label], point=True) if label in ratios else "")
         lines.append(f"| {ESTIMATORS[estimator].label}{SAMPLER_LABELS[sampler]} | " + " | ".join(cells) + " |")
     return lines
 
@@ -166,29 +167,13 @@ def _limits(summaries: dict[str, object]) -> list[str]:
         resolved = margin.low > 0
         share = (values.mean() - auc[base].mean()) / margin.value if resolved else float("nan")
         cell = f"{share:+.2f}" if resolved else "none (the limit is not ahead of the base)"
-        lines.append(f"| {arm.size} | {_name(arm)} | {_name(base)} | {_name(limit)} | {_interval(margin, sign=True)} "
-                     f"| {cell} |")
+        lines.append(f"| {arm.size} | {_name(arm)} | {_name(base)} | {_name(limit)} | "
+                     f"{format_interval(margin, signed=True)} | {cell} |")
     return lines
 
 
 def _name(arm: BudgetArm) -> str:
     return f"{ESTIMATORS[arm.estimator].label}{SAMPLER_LABELS[arm.sampler]}"
-
-
-def _ratio(interval: stats.Interval, point: bool = False) -> str:
-    if interval.value == float("inf"):
-        return "not reached"
-    text = f"{interval.value:.2f}x"
-    if point or np.isnan(interval.low):
-        return text
-    high = "not reached" if interval.high == float("inf") else f"{interval.high:.2f}"
-    return f"{text} [{interval.low:.2f}, {high}]"
-
-
-def _interval(interval: stats.Interval, sign: bool = False) -> str:
-    value = f"{interval.value:+.3f}" if sign else f"{interval.value:.3f}"
-    return value if np.isnan(interval.low) else f"{value} [{interval.low:+.3f}, {interval.high:+.3f}]" if sign else (
-        f"{value} [{interval.low:.3f}, {interval.high:.3f}]")
 
 
 __all__ = ["KEY", "METHODS", "budget_experiment", "section"]

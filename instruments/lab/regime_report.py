@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from instruments import regime, stats
 from instruments.lab.regime import KNAPSACK_HIGH, KNAPSACK_LOW
 from instruments.lab.regime_suite import FACTORS, SuiteRuns, lr_arms
 from instruments.rule import verdict
+from instruments.stats import format_interval, format_reach
 
 DPI = 80
 PLOT = "regime_curves.png"
@@ -63,8 +63,8 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
         "",
         "## Every arm, read by the rule",
         "",
-        f"Reference: GRPO n=8, final held-out success {_interval(reference.final)}. *Difference*: final held-out "
-        "success, arm minus GRPO n=8, mean over paired seeds with its 95% paired bootstrap interval "
+        f"Reference: GRPO n=8, final held-out success {format_interval(reference.final, digits=4)}. *Difference*: "
+        "final held-out success, arm minus GRPO n=8, mean over paired seeds with its 95% paired bootstrap interval "
         "(`stats.paired_difference`); *verdict*: `rule.verdict` (ahead / behind / level: the interval above, below or "
         "around zero); *rollouts to reach*: `stats.reach_interval`, the rollouts the arm's seed-mean curve needs to "
         "reach the reference's final value over the reference's own (judges nothing). Priors arms are judged with "
@@ -76,16 +76,17 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
     for key, arm in summary.arms.items():
         label = regime.ARMS[key].label
         if arm.training_only is None:
-            lines.append(f"| {label} | {_interval(arm.final)} | {_difference(arm.difference, key)} | {arm.verdict} | "
-                         f"{_ratio(arm.reach)} |")
+            lines.append(f"| {label} | {format_interval(arm.final, digits=4)} | {_difference(arm.difference, key)} | "
+                         f"{arm.verdict} | {format_reach(arm.reach)} |")
             continue
         counted = f"{label}, priors counted (judged)"
-        lines.append(f"| {counted} | {_interval(arm.final)} | {_difference(arm.difference, key)} | **{arm.verdict}** "
-                     f"| {_ratio(arm.reach)} |")  # fmt: skip
+        lines.append(f"| {counted} | {format_interval(arm.final, digits=4)} | {_difference(arm.difference, key)} | "
+                     f"**{arm.verdict}** | {format_reach(arm.reach)} |")
         final = stats.Interval(**priors["training_only_final"][key])
         reach = stats.Interval(**priors["training_only_reach"][key])
-        lines.append(f"| {label}, training rollouts only | {_interval(final)} | "
-                     f"{_difference(arm.training_only, key)} | ({verdict(arm.training_only)}) | {_ratio(reach)} |")
+        lines.append(f"| {label}, training rollouts only | {format_interval(final, digits=4)} | "
+                     f"{_difference(arm.training_only, key)} | ({verdict(arm.training_only)}) | "
+                     f"{format_reach(reach)} |")
     headroom = notes["headroom_over_rpp1"]
     spo = notes["spo1_vs_rpp1"]
     lines += [
@@ -129,7 +130,7 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
             name = f"x{factor:g}"
             final = notes["lr_finals"][key][name]
             lines.append(f"| {regime.ARMS[key].label} | {name} (lr {pool['lr'] * factor:g}) | "
-                         f"{_interval(stats.Interval(final['value'], final['low'], final['high']))} | "
+                         f"{format_interval(stats.Interval(final['value'], final['low'], final['high']), digits=4)} | "
                          f"{_difference(summary.lr_check[key][name], key)} | {final['verdict']} |")
     lines += ["", f"![held-out success per arm]({PLOT})", ""]
     path = out / "regime.md"
@@ -194,21 +195,10 @@ def _first(steps: list[int | None]) -> str:
     return "none" if not known else f"{min(known)}-{max(known)}" if min(known) != max(known) else str(known[0])
 
 
-def _interval(interval: stats.Interval) -> str:
-    return f"{interval.value:.4f} [{interval.low:.4f}, {interval.high:.4f}]"
-
-
 def _difference(interval: stats.Interval, key: str) -> str:
     if key == regime.REFERENCE:
         return "0 (the reference)"
-    return f"{interval.value:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
-
-
-def _ratio(interval: stats.Interval) -> str:
-    if math.isinf(interval.value):
-        return "not reached"
-    high = "not reached" if math.isinf(interval.high) else f"{interval.high:.2f}"
-    return f"{interval.value:.2f}x [{interval.low:.2f}, {high}]"
+    return format_interval(interval, signed=True, digits=4)
 
 
 __all__ = ["PLOT", "write_report"]

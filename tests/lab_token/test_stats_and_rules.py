@@ -9,7 +9,6 @@ import pytest
 
 from instruments import stats
 from instruments.lab.token import selection
-from instruments.lab.token.report import _reach
 
 X = np.array([0, 10, 20, 30, 40]) * 64
 
@@ -32,7 +31,20 @@ def test_an_arm_that_never_reaches_it_reads_not_reached():
     slower = np.tile([0.1, 0.15, 0.2, 0.25, 0.3], (4, 1))
     interval = stats.reach_interval(slower, reference, X, X)
     assert math.isinf(interval.value) and math.isinf(interval.high)
-    assert _reach(interval).startswith("> 1.00x (not reached)")
+    assert stats.format_reach(interval).startswith("> 1.00x (not reached)")
+    assert stats.format_reach(interval).endswith("not reached]")
+
+
+def test_every_report_writes_intervals_and_ratios_one_way():
+    difference = stats.Interval(0.02, -0.005, 0.036)
+    assert stats.format_interval(difference, signed=True) == "+0.020 [-0.005, +0.036]"
+    assert stats.format_interval(difference, digits=4) == "0.0200 [-0.0050, 0.0360]"
+    assert stats.format_interval(stats.Interval(0.5, math.nan, math.nan)) == "0.500"  # one seed: no interval
+    assert stats.format_interval(None) == ""
+    assert stats.format_reach(stats.Interval(0.8, 0.6, math.inf)) == "0.80x [0.60x, not reached]"
+    assert stats.format_reach(stats.Interval(0.8, 0.6, 1.1), point=True) == "0.80x"
+    assert stats.format_reach(stats.Interval(math.nan, math.nan, math.nan)) == "n/a"
+    assert stats.format_reach_bounds(stats.Interval(0.8, math.nan, math.nan)) == "n/a"
 
 
 def test_the_reach_interval_covers_the_truth_on_noisy_seeds():

@@ -19,6 +19,7 @@ from instruments.lab.token import assets, plots
 from instruments.lab.token.runner import SuiteResults
 from instruments.lab.token.store import Store
 from instruments.lab.token.suites import LR_SWEEP_FACTORS
+from instruments.stats import format_interval, format_reach
 
 REFERENCE = regime.REFERENCE
 # Paired contrasts the report prints beside the rule's reading (they judge nothing): the package's arm against
@@ -112,11 +113,11 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
              "| arm | final | difference to GRPO n=8 | verdict | training only | rollouts to reach |",
              "|---|---|---|---|---|---|"]
     for key, arm in found.arms.items():
-        difference = "ref" if key == REFERENCE else _interval(arm.difference, signed=True)
+        difference = "ref" if key == REFERENCE else format_interval(arm.difference, signed=True)
         verdict = "" if key == REFERENCE else arm.verdict
-        only = _interval(arm.training_only, signed=True) if arm.training_only is not None else ""
-        lines.append(f"| {results.suite.table[key].label} | {_interval(arm.final)} | {difference} | {verdict} | "
-                     f"{only} | {_reach(arm.reach)} |")
+        only = format_interval(arm.training_only, signed=True) if arm.training_only is not None else ""
+        lines.append(f"| {results.suite.table[key].label} | {format_interval(arm.final)} | {difference} | {verdict} | "
+                     f"{only} | {format_reach(arm.reach)} |")
     base = found.arms.get(regime.HEADROOM_BASE)
     if base is not None:
         lines += ["", f"How far each limit is from {regime.ARMS[regime.HEADROOM_BASE].label} (rule.headroom: the "
@@ -132,14 +133,14 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
         for a, b in pairs:
             contrast = stats.paired_difference(finals[a], finals[b])
             lines.append(f"- {results.suite.table[a].label} minus {results.suite.table[b].label}: "
-                         f"{_interval(contrast, signed=True)}")
+                         f"{format_interval(contrast, signed=True)}")
     if found.lr_check:
         lines += ["", "## Learning-rate check (x0.5, x2; each arm against GRPO n=8 at the same learning rate)", "",
                   "| arm | x0.5 | x1 | x2 |", "|---|---|---|---|"]
         for key, by_factor in found.lr_check.items():
             x1 = found.arms[key].difference if key in found.arms else None
-            cells = [_interval(by_factor.get("x0.5"), signed=True), _interval(x1, signed=True),
-                     _interval(by_factor.get("x2"), signed=True)]
+            cells = [format_interval(by_factor.get("x0.5"), signed=True), format_interval(x1, signed=True),
+                     format_interval(by_factor.get("x2"), signed=True)]
             lines.append(f"| {results.suite.table[key].label} | " + " | ".join(cells) + " |")
     series = {results.suite.table[key].label: (np.array(results.runs(key)[0].eval_steps),
                                                np.array([r.pass_rate for r in results.runs(key)]))
@@ -149,22 +150,6 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
                           "No-revisit regime: held-out pass rate (95% bands over seeds)", target)
     lines += ["", f"![curves]({figure.name})", ""]
     return lines
-
-
-def _interval(interval: stats.Interval | None, signed: bool = False) -> str:
-    if interval is None:
-        return ""
-    fmt = "+.3f" if signed else ".3f"
-    if np.isnan(interval.low):
-        return f"{interval.value:{fmt}}"
-    return f"{interval.value:{fmt}} [{interval.low:{fmt}}, {interval.high:{fmt}}]"
-
-
-def _reach(interval: stats.Interval) -> str:
-    if interval.value == float("inf"):
-        return "not reached"
-    high = "not reached" if interval.high == float("inf") else f"{interval.high:.2f}"
-    return f"{interval.value:.2f}x [{interval.low:.2f}, {high}]"
 
 
 def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:

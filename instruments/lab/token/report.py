@@ -22,6 +22,7 @@ from instruments.lab.token.guide import guide
 from instruments.lab.token.runner import SuiteResults, final_values
 from instruments.lab.token.selection import __doc__ as RULES
 from instruments.lab.token.suites import FROZEN, LR_SWEEP_FACTORS, load_frozen
+from instruments.stats import format_interval, format_reach
 
 
 @dataclass
@@ -211,13 +212,13 @@ def _comparison(results: SuiteResults, path: Path) -> list[str]:
         paired = [seeds.index(r.seed) for r in runs]
         values, ref_values = np.array([r.pass_rate for r in runs]), ref_curves[paired]
         final = stats.mean_interval(values[:, -1])
-        row = f"| {results.arms[key].label} | {len(runs)} | {_interval(final)} |"
+        row = f"| {results.arms[key].label} | {len(runs)} | {format_interval(final)} |"
         if key == REFERENCE:
             row += " - | - | 1 (by definition) |"
         else:
-            row += (f" {_interval(stats.paired_difference(values[:, -1], ref_values[:, -1]), signed=True)} |"
-                    f" {_interval(stats.probability_of_improvement(values[:, -1], ref_values[:, -1]))} |"
-                    f" {_reach(stats.reach_interval(values, ref_values, steps * budget, steps * budget))} |")
+            row += (f" {format_interval(stats.paired_difference(values[:, -1], ref_values[:, -1]), signed=True)} |"
+                    f" {format_interval(stats.probability_of_improvement(values[:, -1], ref_values[:, -1]))} |"
+                    f" {format_reach(stats.reach_interval(values, ref_values, steps * budget, steps * budget))} |")
             differences[results.arms[key].label] = (steps, values - ref_values)
         all_equal, signal = np.mean([r.all_equal for r in runs]), np.mean([r.signal for r in runs])
         row += f" {all_equal:.2f} | {signal:.2f} | {max(max(r.max_abs) for r in runs):.2f} |"
@@ -252,31 +253,13 @@ def _lr_check(results: SuiteResults) -> list[str]:
         cells = []
         for factor in factors:
             runs = results.runs(key, results.suite.lr * factor)
-            cells.append(_interval(stats.mean_interval(np.array(final_values(runs)))) if runs else "not run")
+            cells.append(format_interval(stats.mean_interval(np.array(final_values(runs)))) if runs else "not run")
         lines.append(f"| {results.arms[key].label} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
 def _definitions() -> list[str]:
     return ["## Definitions and statistics", "", *stats.__doc__.strip().splitlines(), ""]
-
-
-def _interval(interval: stats.Interval, signed: bool = False) -> str:
-    value = f"{interval.value:+.3f}" if signed else f"{interval.value:.3f}"
-    if not np.isfinite(interval.low):
-        return value
-    return f"{value} [{interval.low:.3f}, {interval.high:.3f}]"
-
-
-def _reach(interval: stats.Interval) -> str:
-    if np.isnan(interval.value):
-        return "n/a (the reference starts at its final value)"
-    value = "> 1.00x (not reached)" if np.isinf(interval.value) else f"{interval.value:.2f}x"
-    if np.isnan(interval.low):
-        return value
-    high = "not reached" if np.isinf(interval.high) else f"{interval.high:.2f}x"
-    low = "not reached" if np.isinf(interval.low) else f"{interval.low:.2f}x"
-    return f"{value} [{low}, {high}]"
 
 
 def save_info(info: RunInfo, out: Path) -> None:
