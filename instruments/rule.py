@@ -16,6 +16,9 @@ logistic lab and on verl's CPU trainer; only the instruments' own statistics (in
   budget (its curve shifted by them), and reported both ways;
 - **limits** (the oracle baseline, the oracle allocation) are judged like arms and never recommended: their distance
   to REINFORCE++ n = 1 (``headroom``) says what is worth building next.
+- **seeds**: an instrument is judged from ``MIN_SEEDS`` paired seeds on; with fewer its differences are reported and
+  judge nothing (added 2026-12-02, before any verl run of the regime was read: a percentile bootstrap over 2-4 seeds
+  is about the range of the seeds' values, so a verdict from it is mostly the sign of a handful of runs).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from instruments.stats import Interval
 
 AHEAD, BEHIND, LEVEL = "ahead", "behind", "level"
 TIE_BREAK_INSTRUMENT = "token_lab"
+MIN_SEEDS = 5  # the fewest paired seeds an instrument is judged on (the labs run 10, verl's design 5)
 
 
 def verdict(difference: Interval) -> str:

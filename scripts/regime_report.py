@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
 def recommendation_lines(found: dict) -> list[str]:
     from instruments import regime, rule, stats
 
-    recommendation = rule.recommend(regime.differences(found), regime.LIMITS)
+    judged = {name: summary for name, summary in found.items() if len(summary.seeds) >= rule.MIN_SEEDS}
+    recommendation = rule.recommend(regime.differences(judged), regime.LIMITS)
     missing = [name for name in INSTRUMENTS if name not in found]
+    short = [f"{name} ({len(summary.seeds)} seeds)" for name, summary in found.items() if name not in judged]
     names = list(found)
     lines = ["# The no-revisit regime: what the rule recommends", "",
              "Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
@@ -49,7 +51,11 @@ def recommendation_lines(found: dict) -> list[str]:
     if missing:
         lines += [f"**Instruments without a finished regime run**: {', '.join(missing)}. The recommendation below "
                   "reads only the others and changes when they land.", ""]
-    lines += ["| arm | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    if short:
+        lines += [f"**Reported, not judged** (fewer than {rule.MIN_SEEDS} paired seeds, `rule.MIN_SEEDS`): "
+                  f"{', '.join(short)}. Their columns show the numbers; the recommendation does not read them.", ""]
+    headers = [name if name in judged else f"{name} (not judged)" for name in names]
+    lines += ["| arm | " + " | ".join(headers) + " |", "|---" * (len(names) + 1) + "|"]
     for key, arm in regime.ARMS.items():
         if key == regime.REFERENCE:
             continue

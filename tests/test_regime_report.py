@@ -24,8 +24,8 @@ def _arm(value: float, half: float = 0.02) -> ArmSummary:
                       Interval(1.0, 0.9, 1.1))
 
 
-def _summary(name: str, **arms: float) -> InstrumentSummary:
-    return InstrumentSummary(name, "cmd", "cpu", [0, 1], {"max": 1, "mean": 1.0},
+def _summary(name: str, seeds: int = 10, **arms: float) -> InstrumentSummary:
+    return InstrumentSummary(name, "cmd", "cpu", list(range(seeds)), {"max": 1, "mean": 1.0},
                              {"grpo8": _arm(0.0), **{key: _arm(value) for key, value in arms.items()}})
 
 
@@ -49,3 +49,22 @@ def test_nothing_ahead_keeps_the_reference(tmp_path):
 def test_no_summary_is_a_clear_error(tmp_path, capsys):
     assert _script().main(["--summaries", str(tmp_path)]) == 2
     assert "no summary in" in capsys.readouterr().err
+
+
+def test_an_instrument_with_too_few_seeds_is_shown_and_not_judged(tmp_path):
+    from instruments.rule import MIN_SEEDS
+
+    write_summary(_summary("token_lab", rpp1=0.05, bv_cluster2=0.04), tmp_path)
+    # verl's would make REINFORCE++ n=1 behind, and with too few seeds it must not
+    write_summary(_summary("verl_cpu", seeds=MIN_SEEDS - 1, rpp1=-0.1, bv_cluster2=0.0), tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    text = (tmp_path / "recommendation.md").read_text()
+    assert "**Recommendation: REINFORCE++ n=1.**" in text
+    assert f"**Reported, not judged** (fewer than {MIN_SEEDS} paired seeds" in text
+    assert f"verl_cpu ({MIN_SEEDS - 1} seeds)" in text and "| verl_cpu (not judged) |" in text
+    assert "-0.100 [-0.120, -0.080] behind" in text  # its numbers are still shown
+
+    write_summary(_summary("verl_cpu", seeds=MIN_SEEDS, rpp1=-0.1, bv_cluster2=0.0), tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    text = (tmp_path / "recommendation.md").read_text()  # with enough seeds it judges: rpp1 is behind there
+    assert "**Recommendation: BV-Blend cluster level n=2.**" in text and "not judged" not in text
