@@ -296,3 +296,23 @@ def test_the_documented_command_is_the_regimes_and_parses():
     assert (a.task, a.distinct_train, a.section, a.regime_summary) == ("wide", True, "compare_cpu_regime",
                                                                         Path("docs/regime"))
     assert compare_report.markers(a.section)[0] in doc
+
+
+def test_the_reduced_run_is_the_full_designs_three_arms_on_its_preparation():
+    """docs/regime.md's reduction: three of the design's arms, the same seeds and settings, so the same preparation
+    key (a resumed run on the committed preparation is refused if they ever part)."""
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    parsed = []
+    for needle in (".venv/bin/python scripts/compare_cpu.py --task wide",
+                   "/work/main/.venv/bin/python scripts/compare_cpu.py --task wide"):
+        start = doc.index(needle)
+        line = doc[start:doc.index("```", start)].replace("\\\n", " ")
+        parsed.append(load_script("compare_cpu").parse_args(shlex.split(line)[2:]))
+    full, reduced = parsed
+    assert reduced.arms == ["grpo:8", "reinforce_plus_plus:1", "bv_blend:2"] and set(reduced.arms) < set(full.arms)
+    assert reduced.seeds == full.seeds == [0, 1, 2, 3, 4] and len(reduced.specs) == 15
+    same = ("steps", "test_freq", "val_samples", "rollouts_per_step", "pool", "warmup_steps", "task",
+            "distinct_train", "section", "regime_summary", "lr")
+    assert {k: getattr(reduced, k) for k in same} == {k: getattr(full, k) for k in same}
