@@ -81,3 +81,19 @@ def test_epochs_visit_every_prompt_once_in_the_same_order_for_every_group_size()
     assert sorted(first) == list(range(64)) and sorted(second) == list(range(64))
     assert not np.array_equal(first, second)
     assert not np.array_equal(first, np.concatenate([PromptOrder(64, seed=6).take(64)]))
+
+
+def test_the_regime_pool_has_no_shared_affix_so_its_codebook_is_the_commands():
+    """The token lab fits the codebook on the pool's raw text (TextEncoder + fit_codebook); `bv-blend codebook`
+    first strips the prefix and suffix every prompt shares. On the regime's pool there is none, so both encode the
+    same texts with the same encoder, K and seed."""
+    from bv_blend.codebook.encode import extract_problem_texts, find_shared_affixes
+    from instruments.lab.token import run, suites
+
+    settings = suites.regime({"lr": 1e-4, "steps": 80}).settings
+    pool = run.pool_of(settings, run.held_out(settings))
+    texts = [p.question for p in pool]
+    assert len(set(texts)) == len(texts) == 5120
+    assert find_shared_affixes(texts) == ("", "")
+    stripped, prefix, suffix = extract_problem_texts([{"prompt": [{"role": "user", "content": t}]} for t in texts[:50]])
+    assert (prefix, suffix) == ("", "") and stripped == texts[:50]
