@@ -6,6 +6,7 @@ the format with numbers chosen by hand, not a result)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -241,10 +242,16 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     assert path.name == "verl_cpu.json" and {k: a.verdict for k, a in read.arms.items()} == {
         k: a.verdict for k, a in arms.items()}
     assert read.arms["bv2_priors"].training_only.value == pytest.approx(0.04)
-    # what scripts/regime_report.py makes of it: rpp1, spo1 and bv_cluster1/2 ahead, none behind in this instrument
+    # what scripts/regime_report.py makes of it: rpp1, spo1 and bv_cluster1/2 ahead, none behind in this instrument;
+    # on 3 seeds (under rule.MIN_SEEDS) it is shown and judges nothing, on 5 it recommends
     lines = load_script("regime_report").recommendation_lines({"verl_cpu": read})
     assert "| REINFORCE++ n=1 | +0.050 [+0.050, +0.050] ahead |" in lines
-    assert any(line.startswith("**Recommendation: ") for line in lines)
+    assert "| arm | verl_cpu (not judged) |" in lines and "**Recommendation: GRPO n=8 stays.** No runnable arm is " \
+        "ahead in one instrument and behind in none." in lines
+    five = replace(read, seeds=[0, 1, 2, 3, 4])
+    lines = load_script("regime_report").recommendation_lines({"verl_cpu": five})
+    recommended = next(line for line in lines if line.startswith("**Recommendation: "))
+    assert "| arm | verl_cpu |" in lines and "stays" not in recommended, recommended
 
 
 def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
