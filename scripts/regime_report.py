@@ -45,7 +45,8 @@ def recommendation_lines(found: dict) -> list[str]:
     names = list(found)
     lines = ["# The no-revisit regime: what the rule recommends", "",
              "Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
-             "instruments/rule.py (committed in `59fdb98`, addendum `9f6e701`, both before any regime run). Each cell: "
+             "instruments/rule.py (committed in `59fdb98`, addendum `9f6e701`, both before any regime run; "
+             "`rule.MIN_SEEDS` in `ef4381d`, before any of verl's regime results was read). Each cell: "
              "the paired difference of the final held-out pass rate to GRPO n=8 with its 95% interval, and the "
              "verdict; priors arms with their offline rollouts counted.", ""]
     if missing:
