@@ -130,11 +130,12 @@ def format_interval(interval: Interval | None, signed: bool = False, digits: int
     return f"{value} [{format(interval.low, spec)}, {format(interval.high, spec)}]"
 
 
-def format_reach(interval: Interval, point: bool = False) -> str:
+def format_reach(interval: Interval, point: bool = False, undefined: str = "n/a") -> str:
     """A rollouts-to-reach ratio with its interval (the module's docstring: "> 1.00x (not reached)" for the ratio,
-    "not reached" for an infinite bound, "n/a" where the ratio is undefined); ``point``: the ratio alone."""
+    "not reached" for an infinite bound, ``undefined`` where the ratio is NaN, which a report may explain);
+    ``point``: the ratio alone."""
     if np.isnan(interval.value):
-        return "n/a"
+        return undefined
     value = "> 1.00x (not reached)" if np.isinf(interval.value) else f"{interval.value:.2f}x"
     bounds = format_reach_bounds(interval)
     return value if point or bounds == "n/a" else f"{value} {bounds}"

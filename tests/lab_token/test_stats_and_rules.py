@@ -44,6 +44,7 @@ def test_every_report_writes_intervals_and_ratios_one_way():
     assert stats.format_reach(stats.Interval(0.8, 0.6, math.inf)) == "0.80x [0.60x, not reached]"
     assert stats.format_reach(stats.Interval(0.8, 0.6, 1.1), point=True) == "0.80x"
     assert stats.format_reach(stats.Interval(math.nan, math.nan, math.nan)) == "n/a"
+    assert stats.format_reach(stats.Interval(math.nan, math.nan, math.nan), undefined="n/a (why)") == "n/a (why)"
     assert stats.format_reach_bounds(stats.Interval(0.8, math.nan, math.nan)) == "n/a"
 
 

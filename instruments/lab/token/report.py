@@ -24,6 +24,8 @@ from instruments.lab.token.selection import __doc__ as RULES
 from instruments.lab.token.suites import FROZEN, LR_SWEEP_FACTORS, load_frozen
 from instruments.stats import format_interval, format_reach
 
+REACH_UNDEFINED = "n/a (the reference starts at its final value)"  # stats.reach_ratio's one NaN here
+
 
 @dataclass
 class RunInfo:
@@ -216,9 +218,10 @@ def _comparison(results: SuiteResults, path: Path) -> list[str]:
         if key == REFERENCE:
             row += " - | - | 1 (by definition) |"
         else:
+            reach = stats.reach_interval(values, ref_values, steps * budget, steps * budget)
             row += (f" {format_interval(stats.paired_difference(values[:, -1], ref_values[:, -1]), signed=True)} |"
                     f" {format_interval(stats.probability_of_improvement(values[:, -1], ref_values[:, -1]))} |"
-                    f" {format_reach(stats.reach_interval(values, ref_values, steps * budget, steps * budget))} |")
+                    f" {format_reach(reach, undefined=REACH_UNDEFINED)} |")
             differences[results.arms[key].label] = (steps, values - ref_values)
         all_equal, signal = np.mean([r.all_equal for r in runs]), np.mean([r.signal for r in runs])
         row += f" {all_equal:.2f} | {signal:.2f} | {max(max(r.max_abs) for r in runs):.2f} |"
