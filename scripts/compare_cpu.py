@@ -157,7 +157,8 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     print(f"[compare] wrote {doc} and {png}")
     if a.regime_summary is not None:
         summary = no_revisit.summarize(results, json.loads((s.work_dir / "prepared.json").read_text()),
-                                       no_revisit.read_priors_record(s.work_dir), command, describe_cpu(), missing)
+                                       no_revisit.read_priors_record(s.work_dir), command,
+                                       compare_report.runs_machines(results, describe_cpu()), missing)
         print(f"[compare] wrote {regime.write_summary(summary, a.regime_summary)} (seeds {summary.seeds}; visits per "
               f"prompt: max {summary.revisits['max']:.0f}, mean {summary.revisits['mean']:.2f})")
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 from instruments.demo import report
 from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
+from instruments.machine import describe_cpu
 
 RESULT_FILE = "result.json"
 
@@ -325,6 +326,7 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
         "signal": {str(step): float(v) for step, v in record.signal.items()},
         "summary": summary,
         "wall_s": wall_s,
+        "cpu": describe_cpu(),  # a comparison that resumes on another machine has runs from several kinds of CPU
         **visits,
     }
 

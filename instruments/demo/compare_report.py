@@ -7,6 +7,7 @@ reach the reference's final pass rate, lab's definition, instruments/stats.py).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -263,6 +264,20 @@ def _arm_definitions(results: Sequence[dict]) -> list[str]:
     return list(dict.fromkeys(lines))  # an arm run at two group sizes is described once
 
 
+def runs_machines(results: Sequence[dict], here: str) -> str:
+    """Where the runs ran, from each result's ``cpu``: a comparison resumed on another machine spans several kinds of
+    CPU. Results from before runs recorded it are taken as measured ``here`` when none records one."""
+    counts = Counter(r.get("cpu") for r in results)
+    if set(counts) == {None}:
+        return here
+    if len(counts) == 1:
+        return str(next(iter(counts)))
+    parts = [f"{cpu} ({n} runs)" for cpu, n in counts.items() if cpu is not None]
+    if None in counts:
+        parts.append(f"{counts[None]} runs without a recorded CPU")
+    return "; ".join(parts)
+
+
 def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: str, wall_s: float | None,
                      settings: dict[str, str], date: str, missing: Sequence[str] = (),
                      reference: tuple[str, int] | None = ("grpo", 8), section: str = SECTION) -> str:
@@ -281,7 +296,8 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
     return "\n".join([
         begin,
         *partial,
-        f"Measured {date} on `{cpu}`, {sum(r['wall_s'] for r in results) / 3600:.1f} h of verl runs"
+        f"Measured {date} on `{runs_machines(results, cpu)}`, "
+        f"{sum(r['wall_s'] for r in results) / 3600:.1f} h of verl runs"
         + ("" if wall_s is None else f" ({wall_s / 3600:.1f} h wall for this invocation)") + ", with",
         "",
         "```bash",

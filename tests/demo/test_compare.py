@@ -373,6 +373,21 @@ def test_docs_keep_hand_written_text_around_the_markers(tmp_path):
     assert doc.read_text() == "no markers"
 
 
+def test_the_report_names_every_machine_its_runs_ran_on():
+    """A comparison resumed on another machine mixes CPUs; the header says so instead of naming the report's CPU."""
+    old, a, b = ({"wall_s": 1.0}, {"wall_s": 1.0, "cpu": "CPU: A (AVX2 only; avx2)"},
+                 {"wall_s": 1.0, "cpu": "CPU: B (AMX; avx2)"})
+    assert compare_report.runs_machines([old, old], "CPU: here") == "CPU: here"  # before runs recorded it
+    assert compare_report.runs_machines([a, a], "CPU: here") == "CPU: A (AVX2 only; avx2)"
+    mixed = "CPU: A (AVX2 only; avx2) (1 runs); CPU: B (AMX; avx2) (2 runs)"
+    assert compare_report.runs_machines([a, b, b], "CPU: here") == mixed
+    unrecorded = "CPU: B (AMX; avx2) (1 runs); 1 runs without a recorded CPU"
+    assert compare_report.runs_machines([old, b], "CPU: here") == unrecorded
+    results = [{**r, "cpu": "AB"[i % 2]} for i, r in enumerate(_grid_results())]
+    generated = compare_report.results_markdown(results, "cmd", "CPU: here", "x.png", None, {}, "2026-12-02")
+    assert "CPU: here" not in generated and "`A (" in generated and "; B (" in generated
+
+
 # ----------------------------------------------------------------------------------------------------- script
 
 
