@@ -68,3 +68,10 @@ def test_an_instrument_with_too_few_seeds_is_shown_and_not_judged(tmp_path):
     assert _script().main(["--summaries", str(tmp_path)]) == 0
     text = (tmp_path / "recommendation.md").read_text()  # with enough seeds it judges: rpp1 is behind there
     assert "**Recommendation: BV-Blend cluster level n=2.**" in text and "not judged" not in text
+
+
+def test_the_committed_recommendation_is_what_the_committed_summaries_give(tmp_path):
+    """docs/regime/recommendation.md is derived, never edited: rebuilt from docs/regime/*.json it is the same text."""
+    committed = SCRIPT.parents[1] / "docs" / "regime"
+    assert _script().main(["--summaries", str(committed), "--out", str(tmp_path / "rebuilt.md")]) == 0
+    assert (tmp_path / "rebuilt.md").read_text() == (committed / "recommendation.md").read_text()
