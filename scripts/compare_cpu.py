@@ -145,7 +145,7 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
                    {"task": s.task, "distinct train prompts": s.distinct_train}), "lr": a.lr,
                 "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}"}
-    wall_s = None if missing else time.time() - started
+    wall_s = None if missing or a.report else time.time() - started  # --report runs nothing: no wall time to give
     generated = compare_report.results_markdown(results, command, describe_cpu(), png.name, wall_s,
                                          {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing,
                                          a.reference, a.section)

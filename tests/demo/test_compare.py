@@ -464,3 +464,8 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     assert "--report" not in command and "| grpo n=8 (4 prompts) | 2 |" in text  # the command that completes it
     assert "train prompts=64" in text and "reference=grpo:8" in text
     assert "| spo_sampler n=1 (32 prompts) | 4.000 |" in text  # the sampler's table
+    compare.fresh_run_dir(out, script.parse_args(args).specs[3])  # every run finished: --report still ran none
+    compare.save_result(out, script.parse_args(args).specs[3], {**_result("spo_sampler", 1, 1, 0.5), "settings": key})
+    script.main(args)
+    text = doc.read_text()
+    assert "Partial results" not in text and "wall for this invocation" not in text
