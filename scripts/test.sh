@@ -10,4 +10,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled
 .venv/bin/ruff check bv_blend instruments hydra_plugins scripts tests
-.venv/bin/python -m pytest -n 3 --dist loadgroup "$@"
+# --durations: the slowest tests close every log, so a slow machine's run says where its time went (README, "The test
+# budget by kind of CPU").
+.venv/bin/python -m pytest -n 3 --dist loadgroup --durations=15 "$@"
