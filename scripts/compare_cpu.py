@@ -145,8 +145,9 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
                    {"task": s.task, "distinct train prompts": s.distinct_train}), "lr": a.lr,
                 "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}"}
-    wall_s = None if missing or a.report else time.time() - started  # --report runs nothing: no wall time to give
-    generated = compare_report.results_markdown(results, command, describe_cpu(), png.name, wall_s,
+    wall_s = None if a.report else time.time() - started  # --report (the only caller with missing runs) runs nothing
+    here = describe_cpu()  # where this report is written: the runs' machine when they did not record theirs
+    generated = compare_report.results_markdown(results, command, here, png.name, wall_s,
                                          {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing,
                                          a.reference, a.section)
     doc = compare_report.write_benchmarks(a.docs, generated, a.section)
@@ -158,7 +159,7 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     if a.regime_summary is not None:
         summary = no_revisit.summarize(results, json.loads((s.work_dir / "prepared.json").read_text()),
                                        no_revisit.read_priors_record(s.work_dir), command,
-                                       compare_report.runs_machines(results, describe_cpu()), missing)
+                                       compare_report.runs_machines(results, here), missing)
         print(f"[compare] wrote {regime.write_summary(summary, a.regime_summary)} (seeds {summary.seeds}; visits per "
               f"prompt: max {summary.revisits['max']:.0f}, mean {summary.revisits['mean']:.2f})")
 
