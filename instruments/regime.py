@@ -1,9 +1,9 @@
 """The no-revisit regime's arms, declared once for every instrument, and the summary each instrument writes.
 
-Each instrument (the token lab, the logistic lab, verl's CPU comparison) runs these arms in its own way and writes
-one JSON summary (``write_summary``) of what the rule (instruments/rule.py) reads: per arm the paired final
-difference to GRPO n = 8 with its 95% interval and the verdict. ``scripts/regime_report.py`` reads the summaries of
-all three and applies ``rule.recommend`` (docs/regime.md).
+Each instrument (the pretrained LM and the tiny model on verl's CPU trainer, the token lab, the logistic lab) runs
+these arms in its own way and writes one JSON summary (``write_summary``) of what the rule (instruments/rule.py)
+reads: per arm the paired final difference to GRPO n = 8 with its 95% t-interval, the verdict and the per-seed
+finals. ``scripts/regime_report.py`` reads every summary and applies the rule (``recommend``; docs/regime.md).
 """
 
 from __future__ import annotations
@@ -21,31 +21,48 @@ SUMMARY_DIR = Path(__file__).resolve().parents[1] / "docs" / "regime"
 REFERENCE = "grpo8"
 
 
+# What an arm needs beyond verl, simplest first: the rule recommends the simplest of a tied set (rule.recommend).
+NEEDS = ("verl", "package", "codebook", "priors")
+
+
 @dataclass(frozen=True)
 class RegimeArm:
     key: str
     label: str
-    n: int  # rollouts per prompt (the oracle allocation: on average)
+    n: int  # rollouts per prompt (the estimated-p allocation: on average)
     package: bool = False  # runs one of the package's estimators (BV-Blend, SPO): a candidate "best arm"
-    limit: bool = False  # knows the true p: judged, never recommended
+    limit: bool = False  # reads p (true in the logistic lab, estimated from extra samples elsewhere): never recommended
     priors: bool = False  # paid for in offline rollouts: judged with them counted
+    needs: str = "verl"  # one of NEEDS: verl's stock trainer alone, this package, a codebook, offline priors
+    in_labs: bool = True  # the labs run it too (dynamic sampling and a token-level loss exist in verl's trainer alone)
 
 
 ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
     RegimeArm(REFERENCE, "GRPO n=8 (reference)", 8),
     RegimeArm("grpo2", "GRPO n=2", 2),
     RegimeArm("rpp1", "REINFORCE++ n=1", 1),
-    RegimeArm("bv_cluster1", "BV-Blend cluster level n=1", 1, package=True),
-    RegimeArm("bv_cluster2", "BV-Blend cluster level n=2", 2, package=True),
-    RegimeArm("bv_cluster8", "BV-Blend cluster level n=8", 8, package=True),
-    RegimeArm("spo1", "SPO n=1", 1, package=True),
-    RegimeArm("spo1_priors", "SPO n=1 + offline priors", 1, package=True, priors=True),
-    RegimeArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", 2, package=True, priors=True),
-    RegimeArm("oracle_baseline1", "limit: oracle baseline R - p, n=1", 1, limit=True),
-    RegimeArm("knapsack_grpo2", "limit: oracle allocation (Knapsack) + GRPO, 2 a prompt on average", 2, limit=True),
+    RegimeArm("bv_cluster1", "BV-Blend cluster level n=1", 1, package=True, needs="codebook"),
+    RegimeArm("bv_cluster2", "BV-Blend cluster level n=2", 2, package=True, needs="codebook"),
+    RegimeArm("bv_cluster8", "BV-Blend cluster level n=8", 8, package=True, needs="codebook"),
+    RegimeArm("spo1", "SPO n=1", 1, package=True, needs="package"),
+    RegimeArm("spo1_priors", "SPO n=1 + offline priors", 1, package=True, priors=True, needs="priors"),
+    RegimeArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", 2, package=True, priors=True,
+              needs="priors"),
+    # The pretrained-LM comparison's arms beside those (issue 38): verl's own answer to zero-variance groups, and
+    # the seeds' companions (docs/companions.md).
+    RegimeArm("grpo8_dynamic", "GRPO n=8 + DAPO dynamic sampling (every generated rollout counted)", 8, in_labs=False),
+    RegimeArm("ha_dw8", "HA-DW n=8", 8, needs="package", in_labs=False),
+    RegimeArm("maxnorm_rloo8", "MaxNorm-AC with RLOO n=8", 8, needs="package", in_labs=False),
+    RegimeArm("rpp1_ntf", "REINFORCE++ n=1 + negative token filtering", 1, needs="package", in_labs=False),
+    RegimeArm("oracle_baseline1", "limit: baseline R - p, n=1 (p true in the logistic lab, an 8-sample estimate in "
+              "the token lab)", 1, limit=True),
+    RegimeArm("knapsack_grpo2", "limit: allocation by p (Knapsack) + GRPO, 2 a prompt on average (p true in the "
+              "logistic lab, an 8-sample estimate in the token lab)", 2, limit=True),
 )}
 LIMITS = frozenset(key for key, arm in ARMS.items() if arm.limit)
 PACKAGE = frozenset(key for key, arm in ARMS.items() if arm.package)
+SIMPLICITY = {key: NEEDS.index(arm.needs) for key, arm in ARMS.items()}
+IN_LABS = {key: arm for key, arm in ARMS.items() if arm.in_labs}  # what the token and logistic labs run
 HEADROOM_BASE = "rpp1"
 
 
@@ -56,6 +73,7 @@ class ArmSummary:
     reach: Interval  # rollouts to reach the reference's final value, x the reference's (judges nothing)
     verdict: str = ""
     training_only: Interval | None = None  # a priors arm: the difference counting training rollouts only
+    finals: list[float] | None = None  # per seed, in the summary's seed order, as judged (what separates two arms)
 
     def __post_init__(self) -> None:
         self.verdict = rule.verdict(self.difference)
@@ -63,7 +81,7 @@ class ArmSummary:
 
 @dataclass
 class InstrumentSummary:
-    instrument: str  # "token_lab", "logistic_lab" or "verl_cpu"
+    instrument: str  # "pretrained_lm", "token_lab", "logistic_lab" or "verl_cpu"
     command: str
     machine: str
     seeds: list[int]
@@ -90,11 +108,11 @@ def arm_summary(curves: Any, x: Any, reference: Any, x_reference: Any,
     final = curves[:, -1]
     if prior_rollouts is None:
         return ArmSummary(stats.mean_interval(final), stats.paired_difference(final, reference[:, -1]),
-                          stats.reach_interval(curves, reference, x, x_reference))
+                          stats.reach_interval(curves, reference, x, x_reference), finals=final.tolist())
     counted = final_with_priors(curves, x, prior_rollouts)
     return ArmSummary(stats.mean_interval(counted), stats.paired_difference(counted, reference[:, -1]),
                       stats.reach_interval(curves, reference, x + prior_rollouts, x_reference),
-                      training_only=stats.paired_difference(final, reference[:, -1]))
+                      training_only=stats.paired_difference(final, reference[:, -1]), finals=counted.tolist())
 
 
 def write_summary(summary: InstrumentSummary, directory: Path = SUMMARY_DIR) -> Path:
@@ -108,7 +126,8 @@ def read_summary(path: Path) -> InstrumentSummary:
     data = json.loads(path.read_text())
     interval = lambda v: None if v is None else Interval(**v)  # noqa: E731
     arms = {key: ArmSummary(interval(a["final"]), interval(a["difference"]), interval(a["reach"]),
-                            training_only=interval(a.get("training_only"))) for key, a in data["arms"].items()}
+                            training_only=interval(a.get("training_only")), finals=a.get("finals"))
+            for key, a in data["arms"].items()}
     lr_check = {key: {factor: interval(v) for factor, v in by.items()} for key, by in data.get("lr_check", {}).items()}
     return InstrumentSummary(data["instrument"], data["command"], data["machine"], data["seeds"], data["revisits"],
                              arms, lr_check, data.get("notes", {}))
@@ -122,6 +141,22 @@ def differences(summaries: Mapping[str, InstrumentSummary]) -> dict[str, dict[st
             if key != REFERENCE:
                 out.setdefault(key, {})[name] = arm.difference
     return out
+
+
+def finals(summaries: Mapping[str, InstrumentSummary]) -> dict[str, dict[str, list[float]]]:
+    """arm -> instrument -> per-seed finals (where the summary records them): what separates two qualified arms."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, summary in summaries.items():
+        for key, arm in summary.arms.items():
+            if arm.finals is not None:
+                out.setdefault(key, {})[name] = arm.finals
+    return out
+
+
+def recommend(summaries: Mapping[str, InstrumentSummary]) -> rule.Recommendation:
+    """The rule over the judged instruments' summaries (those with at least ``rule.MIN_SEEDS`` seeds)."""
+    judged = {name: summary for name, summary in summaries.items() if len(summary.seeds) >= rule.MIN_SEEDS}
+    return rule.recommend(differences(judged), LIMITS, finals(judged), SIMPLICITY)
 
 
 def final_with_priors(curves: Any, x: Any, prior_rollouts: int) -> Any:

@@ -1,36 +1,44 @@
-"""The one rule that judges every arm in every instrument, and recommends a setting (issue 29; docs/regime.md).
+"""The one rule that judges every arm in every instrument, and recommends a setting (docs/regime.md).
 
-Written and committed before any run of the no-revisit regime that it reads. The same rule in the token lab, the
-logistic lab and on verl's CPU trainer; only the instruments' own statistics (instruments.stats) feed it:
+Revised on 2026-12-03 (issue 37, "The revised rule" in docs/regime.md), before any run of the pretrained-LM
+comparison; its first version (issue 29) is commit ``59fdb98`` with ``MIN_SEEDS`` from ``ef4381d``. Only the
+instruments' own statistics (instruments.stats) feed it:
 
 - **the difference**: the paired difference of the final held-out pass rate, arm minus reference (GRPO n = 8 at the
-  same rollouts a step), mean over paired seeds with its 95% bootstrap interval (``stats.paired_difference``);
+  same rollouts a step), mean over paired seeds with its 95% Student t-interval (``stats.paired_difference``). The
+  first version read a percentile bootstrap, whose coverage at 5 seeds is well under 95%;
 - **ahead / behind / level** in an instrument: that interval lies entirely above zero / entirely below zero /
   holds zero;
-- **recommended**: an arm that can be run (no oracle) and is ahead in at least one instrument and behind in none.
-  Among several, the one with the largest difference in the token lab (the one instrument with a language model,
-  where a rare success on a hard prompt can teach more than its score gradient); then the largest mean difference
-  over the instruments. No arm qualifies: the reference stays the recommendation, and the docs say nothing beat it;
+- **qualified**: an arm that can be run (no limit) and is ahead in at least one instrument and behind in none;
+- **the pick**: the qualified arms are ordered by their difference in the tie-breaking instrument (the first of
+  ``TIE_BREAKERS`` that was judged: the pretrained LM once measured, the most like a user's run; else the token
+  lab), then by their mean difference over the instruments. The leader is picked only if it is *resolved ahead* of
+  every other qualified arm there: the paired t-interval of leader minus that arm, over the seeds both ran, lies
+  above zero. Otherwise the qualified arms it is not resolved ahead of are **tied** with it, and the rule
+  recommends the **simplest** of the tied set (verl's stock estimators first: they need nothing from this
+  package; then the package's estimators without a codebook, with one, with offline priors) and says so;
+- no arm qualifies: the reference stays the recommendation, and the docs say nothing beat it;
 - **the rollouts-to-reach ratio** (``stats.reach_interval``) is reported beside every verdict and judges nothing;
 - **priors** are paid in rollouts: an arm with offline priors is judged with the priors' rollouts counted in its
-  budget (its curve shifted by them), and reported both ways;
-- **limits** (the oracle baseline, the oracle allocation) are judged like arms and never recommended: their distance
-  to REINFORCE++ n = 1 (``headroom``) says what is worth building next.
+  budget, and reported both ways;
+- **limits** (the estimated-p baselines) are judged like arms and never recommended: their distance to REINFORCE++
+  n = 1 (``headroom``) says what is worth building next;
 - **seeds**: an instrument is judged from ``MIN_SEEDS`` paired seeds on; with fewer its differences are reported and
-  judge nothing (added 2026-12-02, before any verl run of the regime was read: a percentile bootstrap over 2-4 seeds
-  is about the range of the seeds' values, so a verdict from it is mostly the sign of a handful of runs).
+  judge nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from instruments.stats import Interval
+import numpy as np
+
+from instruments.stats import Interval, paired_difference
 
 AHEAD, BEHIND, LEVEL = "ahead", "behind", "level"
-TIE_BREAK_INSTRUMENT = "token_lab"
-MIN_SEEDS = 5  # the fewest paired seeds an instrument is judged on (the labs run 10, verl's design 5)
+TIE_BREAKERS = ("pretrained_lm", "token_lab")  # the first judged one separates the qualified arms
+MIN_SEEDS = 5  # the fewest paired seeds an instrument is judged on
 
 
 def verdict(difference: Interval) -> str:
@@ -45,17 +53,41 @@ def verdict(difference: Interval) -> str:
 @dataclass(frozen=True)
 class Recommendation:
     arm: str | None  # None: no arm qualified, the reference stays
-    qualified: tuple[str, ...]  # every arm the rule let through, best first
+    qualified: tuple[str, ...]  # every arm the rule let through, in the rule's order (leader first)
     verdicts: dict[str, dict[str, str]]  # arm -> instrument -> verdict
+    tied: tuple[str, ...] = ()  # the leader and the qualified arms it is not resolved ahead of
+    resolved: bool = False  # the leader is resolved ahead of every other qualified arm, and is the pick
+    tie_breaker: str | None = None  # the instrument that ordered and separated the qualified arms
+    leader_margins: dict[str, Interval | None] | None = None  # other qualified arm -> leader minus it (None: not run)
+
+
+def leader_minus(leader: Sequence[float] | None, other: Sequence[float] | None) -> Interval | None:
+    """Paired t-interval of leader minus another arm over the seeds both ran (per-seed finals, aligned by the
+    instrument's seed order); None where either has no per-seed finals there."""
+    if leader is None or other is None:
+        return None
+    pairs = [(a, b) for a, b in zip(leader, other, strict=False) if not (np.isnan(a) or np.isnan(b))]
+    if len(pairs) < 2:
+        return None
+    return paired_difference(np.array([a for a, _ in pairs]), np.array([b for _, b in pairs]))
 
 
 def recommend(
-    differences: Mapping[str, Mapping[str, Interval]], limits: frozenset[str] = frozenset()
+    differences: Mapping[str, Mapping[str, Interval]],
+    limits: frozenset[str] = frozenset(),
+    finals: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    simplicity: Mapping[str, int] | None = None,
 ) -> Recommendation:
-    """``differences[arm][instrument]``: each arm's paired final difference to the reference in each instrument
-    that ran it. ``limits`` are judged but never recommended."""
+    """``differences[arm][instrument]``: each arm's paired final difference to the reference in each judged
+    instrument. ``finals[arm][instrument]``: its per-seed finals there, in the instrument's seed order (what
+    separates the qualified arms). ``simplicity[arm]``: lower is simpler (0 = verl's stock estimator). ``limits`` are
+    judged but never recommended."""
+    finals = finals or {}
+    simplicity = simplicity or {}
     verdicts = {arm: {name: verdict(d) for name, d in by_instrument.items()} for arm, by_instrument in
                 differences.items()}  # fmt: skip
+    instruments = {name for by_instrument in differences.values() for name in by_instrument}
+    tie_breaker = next((name for name in TIE_BREAKERS if name in instruments), None)
 
     def qualifies(arm: str) -> bool:
         marks = verdicts[arm].values()
@@ -63,11 +95,22 @@ def recommend(
 
     def order(arm: str) -> tuple[float, float]:
         by_instrument = differences[arm]
-        tie = by_instrument[TIE_BREAK_INSTRUMENT].value if TIE_BREAK_INSTRUMENT in by_instrument else float("-inf")
-        return tie, sum(d.value for d in by_instrument.values()) / len(by_instrument)
+        there = by_instrument.get(tie_breaker) if tie_breaker else None
+        return (there.value if there else float("-inf")), sum(d.value for d in by_instrument.values()) / len(
+            by_instrument)
 
     qualified = tuple(sorted((arm for arm in differences if qualifies(arm)), key=order, reverse=True))
-    return Recommendation(qualified[0] if qualified else None, qualified, verdicts)
+    if not qualified:
+        return Recommendation(None, (), verdicts, tie_breaker=tie_breaker)
+    leader = qualified[0]
+    margins = {arm: leader_minus(finals.get(leader, {}).get(tie_breaker), finals.get(arm, {}).get(tie_breaker))
+               for arm in qualified[1:]}  # fmt: skip
+    tied = (leader, *(arm for arm, margin in margins.items() if margin is None or margin.low <= 0))
+    if len(tied) == 1:
+        return Recommendation(leader, qualified, verdicts, tied, True, tie_breaker, margins)
+    rank = {arm: i for i, arm in enumerate(qualified)}
+    simplest = min(tied, key=lambda arm: (simplicity.get(arm, len(simplicity) + 1), rank[arm]))
+    return Recommendation(simplest, qualified, verdicts, tied, False, tie_breaker, margins)
 
 
 def headroom(limit: Interval, baseline: Interval) -> float:

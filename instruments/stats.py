@@ -1,13 +1,17 @@
-"""Statistics over seeds for both labs and the CPU comparison: bands, paired differences, the rollouts to reach the
-reference, 95% CIs.
+"""Statistics over seeds for every instrument: bands, paired differences, the rollouts to reach the reference, 95%
+intervals.
 
-Seeds pair the arms: seed s of every arm sees the same prompt order and the same evaluation draws, so each
-interval comes from resampling *seeds* (the rows of every arm's curves together), the percentile bootstrap over
-runs that rliable's ``StratifiedBootstrap`` does for one task, 2000 resamples. It is run by
-``scipy.stats.bootstrap`` because rliable's own ``get_interval_estimates`` cannot run in this environment: rliable
-1.2 pins arch < 8, arch 7 fails to import under pandas 3 (pandas changed ``deprecate_kwarg``), and arch 8 rejects
-the ``random_state`` rliable passes it. The probability of improvement P(arm > reference) on final values is
-rliable's (``rliable.metrics.probability_of_improvement``, which needs no arch), with a bootstrap CI over runs.
+Seeds pair the arms: seed s of every arm sees the same prompt order and the same evaluation draws. **Every interval
+that judges (a final value, a paired difference, a band) is the Student t-interval over seeds** (``t_interval``),
+one kind in every report (issue 37, docs/regime.md "The revised rule"). Until 2026-12-03 they were percentile
+bootstraps over seeds; at 5 seeds a percentile bootstrap covers the mean about 0.85 of the time (0.92 at 10) where
+it should 0.95 (it is about the range of the seeds' values), while the t-interval's coverage holds at 5 and 10 seeds
+for the paired differences these instruments produce (``tests/test_rule_coverage.py`` shows both). The
+rollouts-to-reach ratio, a ratio of curve crossings that judges nothing, keeps its paired percentile bootstrap
+(``bootstrap_seeds``, 2000 resamples, ``scipy.stats.bootstrap``; rliable's ``get_interval_estimates`` cannot run
+here: rliable 1.2 pins arch < 8, arch 7 fails to import under pandas 3, and arch 8 rejects the ``random_state``
+rliable passes it). The probability of improvement P(arm > reference) on final values is rliable's
+(``rliable.metrics.probability_of_improvement``, which needs no arch), with a bootstrap CI over runs.
 
 **Rollouts to reach the reference.** The target is the reference's final held-out pass rate (the seed mean at its
 last evaluation). An arm's rollouts to reach it are read off its seed-mean curve over rollouts consumed (step x
@@ -48,21 +52,33 @@ def bootstrap_seeds(statistic: Callable[[np.ndarray], float], seeds: int, seed: 
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def mean_interval(values: np.ndarray) -> Interval:
+def t_half_width(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Half-width of the 95% Student t-interval of the mean over ``axis`` (the seeds); nan with fewer than 2."""
     values = np.asarray(values, dtype=np.float64)
-    low, high = bootstrap_seeds(lambda i: float(values[i].mean()), len(values))
-    return Interval(float(values.mean()), low, high)
+    n = values.shape[axis]
+    if n < 2:
+        return np.full(np.delete(values.shape, axis), np.nan) if values.ndim > 1 else np.float64(np.nan)
+    return stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * values.std(axis=axis, ddof=1) / np.sqrt(n)
+
+
+def t_interval(values: np.ndarray) -> Interval:
+    """Mean over seeds with its 95% Student t-interval: the one interval every verdict reads."""
+    values = np.asarray(values, dtype=np.float64)
+    mean, half = float(values.mean()), float(t_half_width(values))
+    return Interval(mean, mean - half, mean + half)
+
+
+mean_interval = t_interval  # the seed mean of a final value, as every report writes it
 
 
 def band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Seed mean of (seeds, points) curves and its 95% CI at every point."""
+    """Seed mean of (seeds, points) curves and its 95% t-interval at every point (the mean alone with one seed)."""
+    curves = np.asarray(curves, dtype=np.float64)
     mean = curves.mean(0)
     if len(curves) < 2:
         return mean, mean.copy(), mean.copy()
-    with np.errstate(all="ignore"):
-        result = stats.bootstrap((curves,), np.mean, axis=0, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
-                                 method="percentile", rng=np.random.default_rng(0))
-    return mean, np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high)
+    half = t_half_width(curves, axis=0)
+    return mean, mean - half, mean + half
 
 
 def crossing(x: np.ndarray, curve: np.ndarray, target: float) -> float:
@@ -99,8 +115,8 @@ def reach_interval(arm: np.ndarray, reference: np.ndarray, x_arm: np.ndarray, x_
 
 
 def paired_difference(values: np.ndarray, reference: np.ndarray) -> Interval:
-    """Mean per-seed difference and its paired bootstrap CI."""
-    return mean_interval(np.asarray(values, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
+    """Mean per-seed difference (rows paired by seed) and its 95% t-interval."""
+    return t_interval(np.asarray(values, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
 
 
 def probability_of_improvement(values: np.ndarray, reference: np.ndarray) -> Interval:

@@ -1,6 +1,7 @@
 """The no-revisit regime's recommendation: read each instrument's summary (docs/regime/<instrument>.json, written by
-scripts/lab_token.py --suite regime, scripts/lab.py --suite regime and scripts/compare_cpu.py's regime command) and
-apply the one rule (instruments/rule.py, docs/regime.md) to all of them; writes docs/regime/recommendation.md.
+scripts/lab_token.py --suite regime, scripts/lab.py --suite regime and scripts/compare_cpu.py's regime commands, on
+the tiny model and on the pretrained LM) and apply the one rule (instruments/rule.py, docs/regime.md) to all of them;
+writes docs/regime/recommendation.md.
 
     python scripts/regime_report.py                      # every summary found in docs/regime/
     python scripts/regime_report.py --out /tmp/rec.md    # somewhere else
@@ -12,7 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-INSTRUMENTS = ("token_lab", "logistic_lab", "verl_cpu")
+# The pretrained LM first: it breaks the rule's ties (rule.TIE_BREAKERS), and a user's run is most like it.
+INSTRUMENTS = ("pretrained_lm", "token_lab", "logistic_lab", "verl_cpu")
+REVISED_RULE_COMMIT = "(uncommitted)"  # set to the revised rule's commit once it is committed (docs/regime.md)
+# The instruments whose regime runs were made, and first judged, before the revised rule.
+READ_AFTER_THE_FACT = frozenset({"token_lab", "logistic_lab", "verl_cpu"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,16 +44,28 @@ def recommendation_lines(found: dict) -> list[str]:
     from instruments import regime, rule, stats
 
     judged = {name: summary for name, summary in found.items() if len(summary.seeds) >= rule.MIN_SEEDS}
-    recommendation = rule.recommend(regime.differences(judged), regime.LIMITS)
+    recommendation = regime.recommend(found)
     missing = [name for name in INSTRUMENTS if name not in found]
     short = [f"{name} ({len(summary.seeds)} seeds)" for name, summary in found.items() if name not in judged]
-    names = list(found)
+    names = [name for name in INSTRUMENTS if name in found]
     lines = ["# The no-revisit regime: what the rule recommends", "",
-             "Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
-             "instruments/rule.py (committed in `59fdb98`, addendum `9f6e701`, both before any regime run; "
-             "`rule.MIN_SEEDS` in `ef4381d`, before any of verl's regime results was read). Each cell: "
-             "the paired difference of the final held-out pass rate to GRPO n=8 with its 95% interval, and the "
-             "verdict; priors arms with their offline rollouts counted.", ""]
+             f"Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
+             f"instruments/rule.py as revised in `{REVISED_RULE_COMMIT}` (issue 37: t-intervals, a pick only where "
+             "the leader is resolved ahead of the other qualified arms, else the simplest of the tied set; "
+             "docs/regime.md, \"The revised rule\"). Each cell: the paired difference of the final held-out pass "
+             "rate to GRPO n=8 with its 95% t-interval, and the verdict; priors arms with their offline rollouts "
+             "counted.", ""]
+    before = [name for name in names if name in READ_AFTER_THE_FACT]
+    if before:
+        lines += [f"**Read after the fact**: {', '.join(before)} ran, and were first judged, under the rule's first "
+                  "version (`59fdb98`, `rule.MIN_SEEDS` in `ef4381d`: percentile bootstrap intervals, the token "
+                  "lab's largest difference picks). This is their reading under the revised rule, made after their "
+                  "results were known.", ""]
+    stale = [name for name in names if any(arm.finals is None for arm in found[name].arms.values())]
+    if stale:
+        lines += [f"**Summaries older than the revised rule**: {', '.join(stale)}. Their intervals are the first "
+                  "rule's percentile bootstraps and they record no per-seed finals, so no arm can be separated from "
+                  "another there; rerunning each instrument's report command rewrites them.", ""]
     if missing:
         lines += [f"**Instruments without a finished regime run**: {', '.join(missing)}. The recommendation below "
                   "reads only the others and changes when they land.", ""]
@@ -56,34 +73,54 @@ def recommendation_lines(found: dict) -> list[str]:
         lines += [f"**Reported, not judged** (fewer than {rule.MIN_SEEDS} paired seeds, `rule.MIN_SEEDS`): "
                   f"{', '.join(short)}. Their columns show the numbers; the recommendation does not read them.", ""]
     headers = [name if name in judged else f"{name} (not judged)" for name in names]
-    lines += ["| arm | " + " | ".join(headers) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += ["| arm | needs | " + " | ".join(headers) + " |", "|---" * (len(names) + 2) + "|"]
     for key, arm in regime.ARMS.items():
-        if key == regime.REFERENCE:
+        if key == regime.REFERENCE or not any(key in found[name].arms for name in names):
             continue
         cells = []
         for name in names:
             summary = found[name].arms.get(key)
             cells.append("not run" if summary is None
                          else f"{stats.format_interval(summary.difference, signed=True)} {summary.verdict}")
-        lines.append(f"| {arm.label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm.label} | {'-' if arm.limit else arm.needs} | " + " | ".join(cells) + " |")
     lines += [""]
+    label = lambda key: regime.ARMS[key].label  # noqa: E731
     if recommendation.arm is None:
         lines += ["**Recommendation: GRPO n=8 stays.** No runnable arm is ahead in one instrument and behind in "
                   "none.", ""]
     else:
-        others = [regime.ARMS[k].label for k in recommendation.qualified[1:]]
-        also = f"; also qualified, in the rule's order: {', '.join(others)}." if others else "."
-        lines += [f"**Recommendation: {regime.ARMS[recommendation.arm].label}.** Ahead in at least one instrument and "
-                  "behind in none" + also, ""]
-    lines += ["Limits (never recommended): their lead over REINFORCE++ n=1 (rule.headroom), per instrument:", ""]
-    for key in sorted(regime.LIMITS):
+        order = ", ".join(label(k) for k in recommendation.qualified)
+        lines += [f"**Qualified** (ahead in at least one instrument, behind in none), in the rule's order (their "
+                  f"difference in {recommendation.tie_breaker}): {order}.", ""]
+        if recommendation.leader_margins:
+            lines += [f"The leader, {label(recommendation.qualified[0])}, minus each other qualified arm in "
+                      f"{recommendation.tie_breaker} (paired t-interval over the seeds both ran):", ""]
+            for key, margin in recommendation.leader_margins.items():
+                text = "not separable (no paired per-seed finals there)" if margin is None else (
+                    f"{stats.format_interval(margin, signed=True)}, "
+                    f"{'resolved ahead' if margin.low > 0 else 'not resolved'}")
+                lines.append(f"- minus {label(key)}: {text}")
+            lines += [""]
+        if recommendation.resolved:
+            why = ("the only qualified arm" if len(recommendation.qualified) == 1
+                   else "resolved ahead of every other qualified arm")
+            lines += [f"**Recommendation: {label(recommendation.arm)}**, {why}.", ""]
+        else:
+            tied = ", ".join(f"{label(k)} (needs: {regime.ARMS[k].needs})" for k in recommendation.tied)
+            lines += [f"**Tied**: {tied}. The leader is not resolved ahead of the others, so the rule recommends the "
+                      f"simplest of the tied set (verl's stock estimators first): **{label(recommendation.arm)}**.",
+                      ""]
+    limits = [key for key in sorted(regime.LIMITS) if any(key in found[name].arms for name in names)]
+    if limits:
+        lines += ["Limits (never recommended): their lead over REINFORCE++ n=1 (rule.headroom), per instrument:", ""]
+    for key in limits:
         leads = []
         for name in names:
             arms = found[name].arms
             if key in arms and regime.HEADROOM_BASE in arms:
                 lead = rule.headroom(arms[key].difference, arms[regime.HEADROOM_BASE].difference)
                 leads.append(f"{name} {lead:+.3f}")
-        lines.append(f"- {regime.ARMS[key].label}: {', '.join(leads) or 'not run'}")
+        lines.append(f"- {label(key)}: {', '.join(leads) or 'not run'}")
     return lines
 
 

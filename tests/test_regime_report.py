@@ -21,7 +21,7 @@ def _script():
 
 def _arm(value: float, half: float = 0.02) -> ArmSummary:
     return ArmSummary(Interval(0.3 + value, 0.29 + value, 0.31 + value), Interval(value, value - half, value + half),
-                      Interval(1.0, 0.9, 1.1))
+                      Interval(1.0, 0.9, 1.1), finals=None)
 
 
 def _summary(name: str, seeds: int = 10, **arms: float) -> InstrumentSummary:
@@ -35,9 +35,10 @@ def test_the_rule_recommends_across_instruments_and_names_the_missing_one(tmp_pa
     assert _script().main(["--summaries", str(tmp_path)]) == 0
     text = (tmp_path / "recommendation.md").read_text()
     # grpo2 is behind in the logistic lab; the oracle is a limit: REINFORCE++ n=1 is the one that qualifies
-    assert "**Recommendation: REINFORCE++ n=1.**" in text
+    assert "**Recommendation: REINFORCE++ n=1**, the only qualified arm." in text
     assert "verl_cpu" in text.split("without a finished regime run")[1].splitlines()[0]
-    assert "limit: oracle baseline R - p, n=1: token_lab +0.150, logistic_lab +0.300" in text
+    assert "limit: baseline R - p, n=1 (p true in the logistic lab, an 8-sample estimate in the token lab): " \
+           "token_lab +0.150, logistic_lab +0.300" in text
 
 
 def test_nothing_ahead_keeps_the_reference(tmp_path):
@@ -59,7 +60,9 @@ def test_an_instrument_with_too_few_seeds_is_shown_and_not_judged(tmp_path):
     write_summary(_summary("verl_cpu", seeds=MIN_SEEDS - 1, rpp1=-0.1, bv_cluster2=0.0), tmp_path)
     assert _script().main(["--summaries", str(tmp_path)]) == 0
     text = (tmp_path / "recommendation.md").read_text()
-    assert "**Recommendation: REINFORCE++ n=1.**" in text
+    # both qualify in the token lab and nothing separates them (no per-seed finals): the simplest is verl's own
+    assert "**Tied**: REINFORCE++ n=1 (needs: verl), BV-Blend cluster level n=2 (needs: codebook)" in text
+    assert "recommends the simplest of the tied set (verl's stock estimators first): **REINFORCE++ n=1**" in text
     assert f"**Reported, not judged** (fewer than {MIN_SEEDS} paired seeds" in text
     assert f"verl_cpu ({MIN_SEEDS - 1} seeds)" in text and "| verl_cpu (not judged) |" in text
     assert "-0.100 [-0.120, -0.080] behind" in text  # its numbers are still shown
@@ -67,7 +70,8 @@ def test_an_instrument_with_too_few_seeds_is_shown_and_not_judged(tmp_path):
     write_summary(_summary("verl_cpu", seeds=MIN_SEEDS, rpp1=-0.1, bv_cluster2=0.0), tmp_path)
     assert _script().main(["--summaries", str(tmp_path)]) == 0
     text = (tmp_path / "recommendation.md").read_text()  # with enough seeds it judges: rpp1 is behind there
-    assert "**Recommendation: BV-Blend cluster level n=2.**" in text and "not judged" not in text
+    assert "**Recommendation: BV-Blend cluster level n=2**, the only qualified arm." in text
+    assert "not judged" not in text
 
 
 def test_the_committed_recommendation_is_what_the_committed_summaries_give(tmp_path):
@@ -75,3 +79,23 @@ def test_the_committed_recommendation_is_what_the_committed_summaries_give(tmp_p
     committed = SCRIPT.parents[1] / "docs" / "regime"
     assert _script().main(["--summaries", str(committed), "--out", str(tmp_path / "rebuilt.md")]) == 0
     assert (tmp_path / "rebuilt.md").read_text() == (committed / "recommendation.md").read_text()
+
+
+def test_a_resolved_leader_is_the_pick_and_a_summary_without_finals_is_named(tmp_path):
+    def arm(value: float, finals: list[float]) -> ArmSummary:
+        return ArmSummary(Interval(0.3 + value, 0.29 + value, 0.31 + value), Interval(value, value - 0.01,
+                          value + 0.01), Interval(1.0, 0.9, 1.1), finals=finals)
+
+    seeds = [0.0, 0.01, -0.01, 0.02, -0.02]
+    summary = InstrumentSummary("token_lab", "cmd", "cpu", list(range(5)), {"max": 1, "mean": 1.0}, {
+        "grpo8": arm(0.0, [0.5 + s for s in seeds]), "rpp1": arm(0.02, [0.52 + s for s in seeds]),
+        "bv_cluster2": arm(0.05, [0.55 + s for s in seeds])})
+    write_summary(summary, tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    text = (tmp_path / "recommendation.md").read_text()
+    assert "**Recommendation: BV-Blend cluster level n=2**, resolved ahead of every other qualified arm." in text
+    assert "- minus REINFORCE++ n=1: +0.030 [+0.030, +0.030], resolved ahead" in text
+    assert "older than the revised rule" not in text
+    write_summary(_summary("logistic_lab", rpp1=0.0), tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    assert "**Summaries older than the revised rule**: logistic_lab." in (tmp_path / "recommendation.md").read_text()

@@ -89,6 +89,18 @@ ARMS: dict[str, Arm] = {
     "bv_blend_prompt_priors": Arm("bv_blend", PROMPT_LEVEL + BV_PRIORS,
                                   "BV-Blend at the prompt level, its prompts and clusters started from the offline "
                                   "priors"),
+    # verl's own answer to zero-variance groups (DAPO's dynamic sampling, in core): all-equal groups are dropped and
+    # more prompts generated until the batch is full; every generated rollout counts in its budget
+    "grpo_dynamic": Arm("grpo", ("algorithm.filter_groups.enable=true",),
+                        "GRPO with DAPO's dynamic sampling (verl's algorithm.filter_groups)"),
+    # the seeds' companions (docs/companions.md), on their defaults
+    "ha_dw": Arm("ha_dw", (), "HA-DW: GRPO reweighted by the history-anchored difficulty"),
+    "maxnorm_rloo": Arm("maxnorm_ac", ("++algorithm.maxnorm.numerator=rloo",),
+                        "MaxNorm-AC with the RLOO numerator (its paper's main instance)"),
+    "reinforce_plus_plus_ntf": Arm("reinforce_plus_plus", (
+        "actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.glue.ntf.NTFPolicyLossConfig",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=ntf"),
+        "REINFORCE++ with negative token filtering (its paper's setting: one rollout a prompt)"),
 }
 
 

@@ -38,10 +38,17 @@ REGIME_ARMS: dict[str, tuple[str, int]] = {
     "spo1": ("spo", 1),
     "spo1_priors": ("spo_priors", 1),
     "bv2_priors": ("bv_blend_prompt_priors", 2),
+    "grpo8_dynamic": ("grpo_dynamic", 8),
+    "ha_dw8": ("ha_dw", 8),
+    "maxnorm_rloo8": ("maxnorm_rloo", 8),
+    "rpp1_ntf": ("reinforce_plus_plus_ntf", 1),
 }
 # The order of a seed's runs in the command: the reference first, then the arms the regime asks most about, so that an
 # interrupted seed has them (seeds are outermost; a partial comparison is read on its whole seeds only)
+# (the tiny model's full design, docs/benchmarks.md; the pretrained LM's design adds verl's dynamic sampling and the
+# companions: COMPANION_ARMS)
 RUN_ORDER = ("grpo8", "rpp1", "bv_cluster2", "spo1", "grpo2", "bv_cluster1", "bv_cluster8", "spo1_priors", "bv2_priors")
+COMPANION_ARMS = ("grpo8_dynamic", "ha_dw8", "maxnorm_rloo8", "rpp1_ntf")
 NOT_ON_VERL = {
     "oracle_baseline1": "not run on verl: not required of this instrument (the labs run it); verl's trainer has no "
                         "true p of a prompt, and estimating it would take extra generation outside verl's loop",

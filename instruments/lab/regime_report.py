@@ -151,7 +151,7 @@ def _plot(summary: regime.InstrumentSummary, suite: SuiteRuns, path: Path) -> No
     curves, gaps, finals = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
     x, reference = suite.x, suite.curves(regime.REFERENCE)
     colours = plt.get_cmap("tab20")([*range(0, 20, 2), 1])  # 11 distinct hues (tab20's dark shades, then one)
-    for colour, (key, arm) in zip(colours, regime.ARMS.items(), strict=True):
+    for colour, (key, arm) in zip(colours, regime.IN_LABS.items(), strict=True):
         style = "--" if arm.limit else (":" if arm.priors else "-")
         width = 2.4 if key == regime.REFERENCE else 1.3
         curves.plot(x, suite.curves(key).mean(0), style, color=colour, lw=width, label=arm.label)

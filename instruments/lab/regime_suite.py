@@ -76,7 +76,7 @@ def run_specs(specs: Sequence[RegimeSpec], cache: Path | None, jobs: int = 1, de
 def run_suite(base: RegimeSpec, seeds: int = SEEDS, cache: Path | None = None, jobs: int = 1) -> SuiteRuns:
     """The x1 runs of every arm, then the best package arm, then the learning-rate check's runs."""
     check_arms()
-    specs = [replace(base, arm=arm, seed=seed, lr_scale=1.0) for arm in regime.ARMS for seed in range(seeds)]
+    specs = [replace(base, arm=arm, seed=seed, lr_scale=1.0) for arm in regime.IN_LABS for seed in range(seeds)]
     results, ran = run_specs(specs, cache, jobs, "regime runs (x1)")
     suite = SuiteRuns(base, seeds, results, best="", ran=ran)
     differences = {key: arm_summary(suite, key).difference for key in regime.PACKAGE}  # priors counted
@@ -144,7 +144,7 @@ def knapsack_notes(suite: SuiteRuns) -> dict[str, float]:
 
 def build_summary(suite: SuiteRuns, command: str, machine: str) -> regime.InstrumentSummary:
     """The instrument's summary: every arm read by the rule, the learning-rate check, and what the runs measured."""
-    arms = {key: arm_summary(suite, key) for key in regime.ARMS}
+    arms = {key: arm_summary(suite, key) for key in regime.IN_LABS}
     all_runs = list(suite.results.values())
     lr_check: dict[str, dict[str, stats.Interval]] = {}
     lr_finals: dict[str, dict[str, dict[str, float]]] = {}
@@ -161,15 +161,15 @@ def build_summary(suite: SuiteRuns, command: str, machine: str) -> regime.Instru
                  "per_cluster": suite.base.pool_per_cluster, "clusters": suite.base.env.num_clusters,
                  "held_out_per_cluster": suite.base.held_out_per_cluster, "steps": suite.base.steps,
                  "rollouts_per_step": suite.base.budget, "lr": suite.base.optimizer.lr},
-        "revisits_by_arm": {key: revisits(suite.runs(key), suite.base) for key in regime.ARMS},
+        "revisits_by_arm": {key: revisits(suite.runs(key), suite.base) for key in regime.IN_LABS},
         "codebook": {"scheme": "noisy", "share": suite.base.noisy_share, "target_nmi": NMI_TARGET,
                      "nmi_per_seed": nmi, "nmi_mean": float(np.mean(nmi))},
         "priors": {"samples_per_prompt": PRIOR_SAMPLES, "rollouts": suite.prior_rollouts, "drawn": "per seed",
                    "training_rollouts": int(suite.x[-1]),
                    "training_only_reach": {key: asdict(stats.reach_interval(suite.curves(key), suite.curves(
-                       regime.REFERENCE), suite.x, suite.x)) for key, arm in regime.ARMS.items() if arm.priors},
+                       regime.REFERENCE), suite.x, suite.x)) for key, arm in regime.IN_LABS.items() if arm.priors},
                    "training_only_final": {key: asdict(stats.mean_interval(suite.curves(key)[:, -1]))
-                                           for key, arm in regime.ARMS.items() if arm.priors}},
+                                           for key, arm in regime.IN_LABS.items() if arm.priors}},
         "headroom_over_rpp1": {key: rule.headroom(arms[key].difference, baseline) for key in sorted(regime.LIMITS)},
         "knapsack": knapsack_notes(suite),
         "spo1_vs_rpp1": spo_versus_rpp(suite),

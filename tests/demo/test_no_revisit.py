@@ -94,7 +94,11 @@ def test_codebook_nmi_against_the_families(tmp_path):
 # ------------------------------------------------------------------------------------------------------ the arms
 def test_the_regime_arms_are_the_regimes_and_its_command_parses():
     assert set(no_revisit.REGIME_ARMS) | set(no_revisit.NOT_ON_VERL) == set(regime.ARMS)
-    assert set(no_revisit.NOT_ON_VERL) == regime.LIMITS and set(no_revisit.RUN_ORDER) == set(no_revisit.REGIME_ARMS)
+    assert set(no_revisit.NOT_ON_VERL) == regime.LIMITS
+    assert set(no_revisit.RUN_ORDER) | set(no_revisit.COMPANION_ARMS) == set(no_revisit.REGIME_ARMS)
+    for key in no_revisit.COMPANION_ARMS:  # each runs one of compare's arms at the regime arm's group size
+        arm, n = no_revisit.REGIME_ARMS[key]
+        assert arm in compare.ARMS and n == regime.ARMS[key].n
     a = load_script("compare_cpu").parse_args([*COMMAND, "docs/regime"])
     assert a.pool == 1920 and a.reference == ("grpo", 8) and (a.task, a.distinct_train) == ("wide", True)
     assert [s.name for s in a.specs[:9]] == [f"{arm}_n{n}_seed0" for arm, n in
@@ -198,7 +202,8 @@ PREPARATION = {"key": {"num_clusters": "8"}, "codebook_nmi": 0.42, "train": "t.p
 def _save_results(out: Path, seeds=(0, 1, 2), extra_reference_seed: bool = True, sha: str = "ab12") -> list:
     """Result files as compare.save_result writes them: curves 0.20, 0.25, 0.28, then the final at step 60."""
     specs = []
-    for key, (arm, n) in no_revisit.REGIME_ARMS.items():
+    for key in no_revisit.RUN_ORDER:
+        arm, n = no_revisit.REGIME_ARMS[key]
         for seed in (*seeds, 3) if key == "grpo8" and extra_reference_seed else seeds:
             spec = compare.grid([(arm, n)], 32, [seed])[0]
             final = REF_FINAL[seed % 3] + DELTAS[key][seed % 3]
@@ -245,13 +250,13 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     # what scripts/regime_report.py makes of it: rpp1, spo1 and bv_cluster1/2 ahead, none behind in this instrument;
     # on 3 seeds (under rule.MIN_SEEDS) it is shown and judges nothing, on 5 it recommends
     lines = load_script("regime_report").recommendation_lines({"verl_cpu": read})
-    assert "| REINFORCE++ n=1 | +0.050 [+0.050, +0.050] ahead |" in lines
-    assert "| arm | verl_cpu (not judged) |" in lines and "**Recommendation: GRPO n=8 stays.** No runnable arm is " \
+    assert "| REINFORCE++ n=1 | verl | +0.050 [+0.050, +0.050] ahead |" in lines
+    assert "| arm | needs | verl_cpu (not judged) |" in lines and "**Recommendation: GRPO n=8 stays.** No runnable arm is " \
         "ahead in one instrument and behind in none." in lines
     five = replace(read, seeds=[0, 1, 2, 3, 4])
     lines = load_script("regime_report").recommendation_lines({"verl_cpu": five})
-    recommended = next(line for line in lines if line.startswith("**Recommendation: "))
-    assert "| arm | verl_cpu |" in lines and "stays" not in recommended, recommended
+    recommended = next(line for line in lines if line.startswith(("**Recommendation: ", "**Tied**")))
+    assert "| arm | needs | verl_cpu |" in lines and "stays" not in recommended, recommended
 
 
 def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
@@ -286,7 +291,7 @@ def test_the_script_reports_into_its_own_section_and_writes_the_regime_summary(t
     assert (tmp_path / "bench_compare_cpu_regime.png").is_file() and not (tmp_path / "bench_cpu.png").exists()
     summary = regime.read_summary(tmp_path / "regime" / "verl_cpu.json")
     assert summary.seeds == [0, 1] and summary.command.startswith("python scripts/compare_cpu.py --task wide")
-    assert "--report" not in summary.command and set(summary.arms) == set(no_revisit.REGIME_ARMS)
+    assert "--report" not in summary.command and set(summary.arms) == set(no_revisit.RUN_ORDER)
 
 
 def test_the_documented_command_is_the_regimes_and_parses():

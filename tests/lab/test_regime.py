@@ -38,7 +38,7 @@ def small(arm: str, seed: int = 0) -> RegimeSpec:
 
 def test_the_lab_runs_exactly_the_regime_arms() -> None:
     lab_regime.check_arms()
-    assert {key: arm.n for key, arm in LAB_ARMS.items()} == {key: arm.n for key, arm in regime.ARMS.items()}
+    assert {key: arm.n for key, arm in LAB_ARMS.items()} == {key: arm.n for key, arm in regime.IN_LABS.items()}
     with pytest.raises(ValueError, match="would come back"):
         replace(SMALL, steps=7)  # 7 x 16 prompts at n = 1 need more than the 96 of the pool
 
@@ -135,7 +135,7 @@ def test_the_row_gradient_is_the_lab_s_gradient_on_equal_groups() -> None:
 def test_the_summary_writes_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     suite = regime_suite.run_suite(SMALL, seeds=2, cache=tmp_path / "runs")
     summary = regime_suite.build_summary(suite, "test command", "test machine")
-    assert set(summary.arms) == set(regime.ARMS) and summary.revisits["max"] == 1
+    assert set(summary.arms) == set(regime.IN_LABS) and summary.revisits["max"] == 1
     assert summary.notes["priors"]["rollouts"] == 8 * 96
     assert set(summary.lr_check) == set(regime_suite.lr_arms(suite.best)) and suite.best in regime.PACKAGE
     path = regime.write_summary(summary, tmp_path)
@@ -153,5 +153,5 @@ def test_the_summary_writes_and_reads_back(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(regime_suite, "run_regime", no_run)
     resumed = regime_suite.run_suite(SMALL, seeds=2, cache=tmp_path / "runs")
     assert resumed.best == suite.best and set(resumed.results) == set(suite.results)
-    assert suite.ran == len(suite.results) == 2 * (len(regime.ARMS) + 2 * len(regime_suite.lr_arms(suite.best)))
+    assert suite.ran == len(suite.results) == 2 * (len(regime.IN_LABS) + 2 * len(regime_suite.lr_arms(suite.best)))
     assert resumed.ran == 0

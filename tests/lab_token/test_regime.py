@@ -42,10 +42,10 @@ def finished(tmp_path_factory) -> tuple[runner.SuiteResults, Path]:
 
 
 def test_the_regime_arms_are_the_shared_declaration():
-    assert set(REGIME_ARMS) == set(shared.ARMS)
-    assert all(REGIME_ARMS[key].n == arm.n for key, arm in shared.ARMS.items())
+    assert set(REGIME_ARMS) == set(shared.IN_LABS)
+    assert all(REGIME_ARMS[key].n == arm.n for key, arm in shared.IN_LABS.items())
     assert {key for key, arm in REGIME_ARMS.items() if arm.oracle} == shared.LIMITS
-    assert {key for key, arm in REGIME_ARMS.items() if arm.priors} == {k for k, a in shared.ARMS.items() if a.priors}
+    assert {key for key, arm in REGIME_ARMS.items() if arm.priors} == {k for k, a in shared.IN_LABS.items() if a.priors}
 
 
 def test_the_model_is_warmed_up_on_the_regime_s_task(finished):
