@@ -15,7 +15,7 @@ from pathlib import Path
 
 # The pretrained LM first: it breaks the rule's ties (rule.TIE_BREAKERS), and a user's run is most like it.
 INSTRUMENTS = ("pretrained_lm", "token_lab", "logistic_lab", "verl_cpu")
-REVISED_RULE_COMMIT = "(uncommitted)"  # set to the revised rule's commit once it is committed (docs/regime.md)
+REVISED_RULE_COMMIT = "9befa39"  # the revised rule's commit (docs/regime.md, "The revised rule")
 # The instruments whose regime runs were made, and first judged, before the revised rule.
 READ_AFTER_THE_FACT = frozenset({"token_lab", "logistic_lab", "verl_cpu"})
 

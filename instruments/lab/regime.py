@@ -296,4 +296,5 @@ def _advantages(estimator: Advantages, rewards: np.ndarray, uids: np.ndarray, cl
 def check_arms() -> None:
     """The lab runs exactly the regime's arms, at their rollouts a prompt."""
     if set(LAB_ARMS) != set(regime.IN_LABS) or any(LAB_ARMS[k].n != a.n for k, a in regime.IN_LABS.items()):
-        raise AssertionError(f"LAB_ARMS {sorted(LAB_ARMS)} do not match instruments.regime.IN_LABS {sorted(regime.IN_LABS)}")
+        raise AssertionError(f"LAB_ARMS {sorted(LAB_ARMS)} do not match instruments.regime.IN_LABS "
+                             f"{sorted(regime.IN_LABS)}")

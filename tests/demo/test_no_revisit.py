@@ -251,8 +251,8 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     # on 3 seeds (under rule.MIN_SEEDS) it is shown and judges nothing, on 5 it recommends
     lines = load_script("regime_report").recommendation_lines({"verl_cpu": read})
     assert "| REINFORCE++ n=1 | verl | +0.050 [+0.050, +0.050] ahead |" in lines
-    assert "| arm | needs | verl_cpu (not judged) |" in lines and "**Recommendation: GRPO n=8 stays.** No runnable arm is " \
-        "ahead in one instrument and behind in none." in lines
+    assert "| arm | needs | verl_cpu (not judged) |" in lines
+    assert "**Recommendation: GRPO n=8 stays.** No runnable arm is ahead in one instrument and behind in none." in lines
     five = replace(read, seeds=[0, 1, 2, 3, 4])
     lines = load_script("regime_report").recommendation_lines({"verl_cpu": five})
     recommended = next(line for line in lines if line.startswith(("**Recommendation: ", "**Tied**")))
