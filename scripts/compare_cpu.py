@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from instruments import regime
 from instruments.demo import compare, compare_report, no_revisit
-from instruments.demo.pipeline import DemoSettings, prepare
+from instruments.demo.pipeline import TINY, DemoSettings, prepare
 from instruments.demo.task import TASKS
 from instruments.machine import describe_cpu
 
@@ -65,6 +65,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="also write the no-revisit regime's summary (DIR/verl_cpu.json, instruments/regime.py)")
     p.add_argument("--report", action="store_true",
                    help="run nothing: write the results of the runs finished so far, marked as partial")
+    p.add_argument("--model", default=TINY,
+                   help="tiny (built here and warmed up, the default), smollm2 (SmolLM2-135M-Instruct, offline) or a "
+                        "local HF causal LM folder; a pretrained model's regime summary is pretrained_lm.json")
+    p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
+                   help="a pretrained model's compute dtype, one for every run (bf16 needs AVX-512-BF16)")
     a = p.parse_args(argv)
     if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
         p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
@@ -78,8 +83,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             a.reference = compare.parse_arm(a.reference)
             if a.reference not in a.arm_sizes:
                 raise ValueError(f"--reference {a.reference[0]}:{a.reference[1]} is not one of --arms")
-        if a.regime_summary is not None and no_revisit.REGIME_ARMS[regime.REFERENCE] not in a.arm_sizes:
-            raise ValueError("--regime-summary pairs every arm with grpo:8, the regime's reference: add it to --arms")
+        if a.regime_summary is not None:
+            no_revisit.check_regime(a.arm_sizes, a.specs, a.steps, a.pool, a.distinct_train)
     except ValueError as e:
         p.error(str(e))
     return a
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
     s = DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
                      val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool, task=a.task,
-                     distinct_train=a.distinct_train)
+                     distinct_train=a.distinct_train, model=a.model, dtype=a.dtype)
     key = compare.settings_key(s)
     todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
@@ -159,7 +164,8 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     if a.regime_summary is not None:
         summary = no_revisit.summarize(results, json.loads((s.work_dir / "prepared.json").read_text()),
                                        no_revisit.read_priors_record(s.work_dir), command,
-                                       compare_report.runs_machines(results, here), missing)
+                                       compare_report.runs_machines(results, here), missing,
+                                       instrument=no_revisit.PRETRAINED_INSTRUMENT if s.pretrained else None)
         print(f"[compare] wrote {regime.write_summary(summary, a.regime_summary)} (seeds {summary.seeds}; visits per "
               f"prompt: max {summary.revisits['max']:.0f}, mean {summary.revisits['mean']:.2f})")
 

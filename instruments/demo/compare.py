@@ -194,7 +194,7 @@ def settings_key(s: DemoSettings) -> dict[str, str]:
     """What a result depends on besides its RunSpec: a restart must use the same, or its results would mix. The
     training pool's size is the preparation's ``n_train``."""
     keys = ("steps", "lr", "val_samples", "test_freq")
-    return {**s.preparation_key(), **{k: str(getattr(s, k)) for k in keys}}
+    return {**s.preparation_key(), **{k: str(getattr(s, k)) for k in keys}, **s.run_key()}
 
 
 # ------------------------------------------------------------------------------------------------ bookkeeping

@@ -26,7 +26,8 @@ from instruments.demo import reward as demo_reward
 from instruments.demo.compare import file_sha256
 from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
 
-INSTRUMENT = "verl_cpu"
+INSTRUMENT = "verl_cpu"  # the tiny model's
+PRETRAINED_INSTRUMENT = "pretrained_lm"  # a pretrained LM's (issue 38): the rule's tie-breaker
 # regime key -> the comparison's arm and group size (cluster level is BV-Blend's default history_level)
 REGIME_ARMS: dict[str, tuple[str, int]] = {
     "grpo8": ("grpo", 8),
@@ -62,6 +63,22 @@ REVISITS_SOURCE = ("counted in each run's rollout dump (trainer.rollout_data_dir
                    "one sample of a step's batch (its uid's sample part), a prompt its text as verl sent it; max: the "
                    "largest visits of any prompt in any run, mean: the mean over runs of each run's mean visits per "
                    "drawn prompt")
+
+
+def check_regime(arm_sizes: Sequence[tuple[str, int]], specs: Sequence[Any], steps: int, pool: int,
+                 distinct_train: bool) -> None:
+    """Refuses a comparison that claims the no-revisit regime (``--regime-summary``) and would revisit a prompt: the
+    pool must hold distinct problems, at least steps x the largest batch of any arm; and the reference must run."""
+    if REGIME_ARMS[regime.REFERENCE] not in arm_sizes:
+        raise ValueError("--regime-summary pairs every arm with grpo:8, the regime's reference: add it to --arms")
+    if not distinct_train:
+        raise ValueError("--regime-summary is the no-revisit regime, and the pool may repeat a problem: add "
+                         "--distinct-train (a pool of distinct problems), or drop --regime-summary")
+    largest = max(spec.batch for spec in specs)
+    if pool < steps * largest:
+        raise ValueError(f"--regime-summary is the no-revisit regime, and a pool of {pool} prompts would be drawn "
+                         f"again by the arm with {largest} prompts a step within {steps} steps ({steps * largest} "
+                         "draws): raise --train-prompts to at least that, or drop it (its default is exactly that)")
 
 
 def command_arms() -> list[str]:
@@ -148,7 +165,8 @@ def _matrix(runs: Mapping[int, dict], seeds: Sequence[int], steps: Sequence[int]
 
 
 def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: Mapping[str, Any] | None,
-              command: str, machine: str, missing: Sequence[str] = ()) -> regime.InstrumentSummary:
+              command: str, machine: str, missing: Sequence[str] = (),
+              instrument: str | None = None) -> regime.InstrumentSummary:
     """The regime's summary of the comparison's finished ``results`` (result.json, as compare.save_result writes
     them), read on the seeds every arm has finished (paired), at the validation steps every run has.
 
@@ -189,7 +207,11 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
         # placed after its priors: the run's curve starts at the priors' rollouts (docs/regime.md, addendum); its
         # final, like the other instruments', is the judged one (priors counted)
         arms[key] = regime.arm_summary(curves, x, reference, x, prior_rollouts)
-    return regime.InstrumentSummary(INSTRUMENT, command, machine, seeds, _revisits(used), arms,
+    revisits = _revisits(used)
+    if revisits["max"] > 1:
+        raise ValueError(f"a prompt was drawn {revisits['max']:g} times in one run: these runs are not the no-revisit "
+                         "regime, whose summary this is (check_regime); report them without --regime-summary")
+    return regime.InstrumentSummary(instrument or INSTRUMENT, command, machine, seeds, revisits, arms,
                                     notes=_notes(by_arm, seeds, used, steps, preparation, priors, missing))
 
 

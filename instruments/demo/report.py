@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -96,8 +97,10 @@ def _question_of(prompt: str, questions: list[str]) -> str | None:
     return max(found, key=len) if found else None
 
 
-def read_validation_dump(dump_dir: Path, question_family: dict[str, str]) -> pd.DataFrame:
-    """Every validation response: step, family, question, score (0/1) and whether it has the answer marker."""
+def read_validation_dump(dump_dir: Path, question_family: dict[str, str],
+                         in_format: Callable[[str], bool] = in_answer_format) -> pd.DataFrame:
+    """Every validation response: step, family, question, score (0/1) and whether it is in the answer format (the
+    tiny model's: the verifier's marker; a pretrained model's: the number alone, as it is told)."""
     questions = sorted(question_family)
     rows = []
     for path in sorted(dump_dir.glob("*.jsonl")):
@@ -109,7 +112,7 @@ def read_validation_dump(dump_dir: Path, question_family: dict[str, str]) -> pd.
             if question is None:
                 raise ValueError(f"{path}: a validation prompt matches no held-out question: {row['input']!r}")
             rows.append({"step": int(row["step"]), "family": question_family[question], "question": question,
-                         "score": float(row["score"]), "in_format": in_answer_format(row["output"])})
+                         "score": float(row["score"]), "in_format": in_format(row["output"])})
     return pd.DataFrame(rows, columns=["step", "family", "question", "score", "in_format"])
 
 
@@ -204,8 +207,8 @@ def group_shares(rollout_dir: Path) -> dict[str, float]:
 
 
 def signal_of(method: str, metrics: pd.DataFrame, rollout_dir: Path) -> pd.Series:
-    """BV-Blend logs its own effective signal ratio; GRPO's is recomputed from the rollout dump."""
-    if method == "bv_blend":
+    """BV-Blend logs its own effective signal ratio; any other estimator's is recomputed from the rollout dump."""
+    if method == "bv_blend" or BV_SIGNAL in metrics:
         if BV_SIGNAL not in metrics:
             raise ValueError(f"the bv_blend run logged no {BV_SIGNAL}: is the bv_blend verl plugin installed?")
         return training_steps(metrics)[BV_SIGNAL]
@@ -312,7 +315,7 @@ def share_start(run: RunRecord) -> RunRecord:
 
 
 def read_run(method: str, run_dir: Path, question_family: dict[str, str],
-             start: StartRecord | None = None) -> RunRecord:
+             start: StartRecord | None = None, in_format: Callable[[str], bool] = in_answer_format) -> RunRecord:
     """Reads a run folder written by instruments.demo.pipeline.run_method.
 
     With ``start`` (another run's, :func:`share_start`), the run must not have validated its own step 0
@@ -321,7 +324,7 @@ def read_run(method: str, run_dir: Path, question_family: dict[str, str],
     """
     metrics = read_metrics(run_dir / "metrics.jsonl")
     validation = validation_curve(metrics, family_sizes(question_family))
-    samples = read_validation_dump(run_dir / "validation", question_family)
+    samples = read_validation_dump(run_dir / "validation", question_family, in_format)
     if start is not None:
         own = sorted(s for s in set(validation.index) | set(samples["step"]) if s <= start.step)
         if own:
@@ -408,8 +411,8 @@ def demo_tables(runs: dict[str, RunRecord]) -> str:
     rates = table.to_string(formatters={c: (lambda v: f"{v:+.3f}") if c.endswith(" gain") else (lambda v: f"{v:.3f}")
                                         for c in table.columns})
     lines = [
-        f"shared start (step {start.step}: the warmed-up model, validated once by verl, in the {start.source} run "
-        "before its first update, for both methods): "
+        f"shared start (step {start.step}: the model before any RL step, validated once by verl, in the "
+        f"{start.source} run before its first update, for every method): "
         f"{s['pass rate']:.3f} ± {s['pass rate ±']:.3f} (95% CI; {start.prompts} held-out prompts x "
         f"{start.samples_per_prompt} responses at T=1; from sampling the responses alone ± "
         f"{s['pass rate ± sampling']:.3f}), in format {s['in format']:.2f}",

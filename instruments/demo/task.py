@@ -200,21 +200,23 @@ def family_source(family: str) -> str:
     return family
 
 
-def to_verl_frame(problems: list[Problem], split: str, per_family_sources: bool = False) -> pd.DataFrame:
+def to_verl_frame(problems: list[Problem], split: str, per_family_sources: bool = False,
+                  instruction: str = "") -> pd.DataFrame:
     """Rows as verl's RLHFDataset reads them (chat prompt, rule reward with ground truth, extra_info).
 
     With ``per_family_sources`` each row's data_source is its family, which makes verl report validation metrics
     per family (val-core/<family>/...) and needs the demo's reward function (instruments/demo/reward.py), since
-    verl's default scorer only knows its own sources.
+    verl's default scorer only knows its own sources. ``instruction`` follows every question (a pretrained model is
+    told how to answer; the tiny model learnt it in its warm-up); ``extra_info["question"]`` is the prompt as sent.
     """
     return pd.DataFrame(
         [
             {
                 "data_source": family_source(p.family) if per_family_sources else DATA_SOURCE,
-                "prompt": [{"role": "user", "content": p.question}],
+                "prompt": [{"role": "user", "content": p.question + instruction}],
                 "ability": "math",
                 "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
-                "extra_info": {"split": split, "index": i, "question": p.question, "family": p.family},
+                "extra_info": {"split": split, "index": i, "question": p.question + instruction, "family": p.family},
             }
             for i, p in enumerate(problems)
         ]
@@ -222,7 +224,7 @@ def to_verl_frame(problems: list[Problem], split: str, per_family_sources: bool 
 
 
 def write_task(out_dir: Path, n_train: int, n_val: int, seed: int, per_family_sources: bool = False,
-               task: str = "demo", distinct: bool = False) -> tuple[Path, Path]:
+               task: str = "demo", distinct: bool = False, instruction: str = "") -> tuple[Path, Path]:
     """Writes train.parquet (``n_train`` draws) and val.parquet (``n_val`` held-out prompts) under ``out_dir``.
 
     ``distinct``: the training rows are ``n_train`` different problems (:func:`distinct_problems`), for a run that
@@ -234,8 +236,8 @@ def write_task(out_dir: Path, n_train: int, n_val: int, seed: int, per_family_so
     draw = distinct_problems if distinct else make_problems
     train = draw(n_train, seed, exclude={p.question for p in val}, task=task)
     assert_disjoint([p.question for p in train], [p.question for p in val])
-    to_verl_frame(train, "train", per_family_sources).to_parquet(paths[0])
-    to_verl_frame(val, "val", per_family_sources).to_parquet(paths[1])
+    to_verl_frame(train, "train", per_family_sources, instruction).to_parquet(paths[0])
+    to_verl_frame(val, "val", per_family_sources, instruction).to_parquet(paths[1])
     return paths
 
 

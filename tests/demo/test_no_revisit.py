@@ -271,6 +271,9 @@ def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
     uncounted = [{k: v for k, v in r.items() if k != "visits"} for r in results]
     with pytest.raises(ValueError, match="no visits counted"):
         no_revisit.summarize(uncounted, PREPARATION, {**PRIORS, "sha256": "other"}, "c", "m")
+    revisited = [{**r, "visits": {**r["visits"], "max": 2.0}} if r["spec"]["arm"] == "grpo" else r for r in results]
+    with pytest.raises(ValueError, match="drawn 2 times in one run: these runs are not the no-revisit regime"):
+        no_revisit.summarize(revisited, PREPARATION, {**PRIORS, "sha256": "other"}, "c", "m")
 
 
 def test_the_script_reports_into_its_own_section_and_writes_the_regime_summary(tmp_path, monkeypatch):

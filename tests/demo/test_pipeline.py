@@ -84,7 +84,8 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
     assert [(r["trainer.experiment_name"], r["trainer.val_before_train"], r["actor_rollout_ref.rollout.val_kwargs.n"])
             for r in runs] == [("grpo", "true", "2"), ("bv_blend", "false", "2")]
     assert (tmp_path / "table.txt").read_text().split("\n", 1)[1] == table + "\n"
-    assert table.startswith("shared start (step 0: the warmed-up model, validated once by verl, in the grpo run")
+    assert table.startswith("shared start (step 0: the model before any RL step, validated once by verl, in the "
+                            "grpo run")
     assert "gain from start (95% CI)" in table
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["start"]["pass rate"] == 0.375 and summary["start"]["samples per prompt"] == 2

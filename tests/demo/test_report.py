@@ -160,8 +160,8 @@ def test_tables_report_the_shared_start_and_gains_from_it(shared, tmp_path):
     assert rates.loc["all", "bv_blend after"] == pytest.approx(np.mean([np.mean(v) for v in BV_BLEND_LAST.values()]))
     text = report.demo_tables(shared)
     assert text.splitlines()[0] == (
-        "shared start (step 0: the warmed-up model, validated once by verl, in the grpo run before its first update, "
-        "for both methods): 0.375 ± 0.762 (95% CI; 4 held-out prompts x 2 responses at T=1; from sampling the "
+        "shared start (step 0: the model before any RL step, validated once by verl, in the grpo run before its first "
+        "update, for every method): 0.375 ± 0.762 (95% CI; 4 held-out prompts x 2 responses at T=1; from sampling the "
         "responses alone ± 0.245), in format 0.38")
     assert "after training (step 4, 2 responses per prompt)" in text
     stats = report.stats_table(shared)

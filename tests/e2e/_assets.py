@@ -1,7 +1,8 @@
-"""What every run of verl's real trainer on CPU shares: a task, a briefly warmed-up tiny model and a codebook.
+"""What the runs of verl's real trainer on CPU share: a task, a briefly warmed-up tiny model and a codebook; and the
+pretrained LM's run (SmolLM2-135M-Instruct, instruments/demo/pretrained.py) on the same task told how to answer.
 
-The model is warmed up (supervised, a few hundred steps) so that rollouts are sometimes right: mixed groups give
-non-zero advantages, so the actor really changes between steps, which the weight-sync tests need.
+The tiny model is warmed up (supervised, a few hundred steps) so that rollouts are sometimes right: mixed groups
+give non-zero advantages, so the actor really changes between steps, which the weight-sync tests need.
 """
 
 from __future__ import annotations
@@ -69,3 +70,23 @@ def build_cpu_assets(work: Path) -> CpuAssets:
         "actor_rollout_ref.actor.optim.lr=1e-3",  # a visible step, so that stale rollout weights would show
     )
     return CpuAssets(work, base, codebook, question_to_cluster, task)
+
+
+def pretrained_overrides(work: Path, num_clusters: int = 1) -> tuple[str, ...]:
+    """SmolLM2-135M-Instruct (the user's cache, converted once) on the demo's task with the pretrained demo's
+    instruction and last-number reward, a codebook of ``num_clusters``: the demo's own path (pipeline.model_overrides
+    at fp32, which every CPU runs fast) with the actor's old log-probs recomputed, so that verl compares the rollout's
+    probabilities with the actor's (bypass mode would skip that comparison)."""
+    from instruments.demo import pretrained
+    from instruments.demo import reward as demo_reward
+    from instruments.demo.pipeline import PRETRAINED_INSTRUCTION, DemoSettings, model_overrides
+
+    task = write_task(work / "task_pretrained", n_train=64, n_val=16, seed=0, per_family_sources=True,
+                      instruction=PRETRAINED_INSTRUCTION)
+    codebook, _ = _codebook(task, work / f"clusters_pretrained_k{num_clusters}", num_clusters)
+    model = pretrained.prepare_smollm2()
+    settings = DemoSettings(work_dir=work, model=pretrained.SMOLLM2, dtype="fp32", response_length=32)
+    kept = [o for o in model_overrides(settings) if not o.startswith("algorithm.rollout_correction.bypass_mode")]
+    return ("algorithm.adv_estimator=bv_blend", f"actor_rollout_ref.model.path={model}",
+            "actor_rollout_ref.actor.optim.lr=1e-4",  # a visible step for a pretrained model
+            *codebook, *kept, *demo_reward.verl_overrides(last_number_answers=True))

