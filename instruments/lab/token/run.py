@@ -144,7 +144,8 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
     clusters = assets.load_clusters(settings, cache, pool)
     order, sampler_rng = PromptOrder(len(pool), seed), np.random.default_rng([seed, 1])
     priors = str(assets.priors_path(settings, cache)) if arm.priors else None
-    advantages = TokenAdvantages(arm, settings.num_clusters, priors)
+    pool_clusters = dict(zip(keys.tolist(), clusters.tolist(), strict=True))  # what a trainer reads from its files
+    advantages = TokenAdvantages(arm, settings.num_clusters, priors, pool_clusters)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
     k, n = arm.prompts_per_step(settings.budget), arm.n
     eval_at = set(settings.eval_steps())

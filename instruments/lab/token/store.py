@@ -72,11 +72,14 @@ class Store:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def load(self, arm: TokenArm, seed: int, lr: float) -> RunRecord | None:
-        """The finished run, or None; raises SettingsMismatch if the file was made by another arm of that key."""
+        """The finished run, or None (also for a run of an earlier revision of the arm, which is run again and
+        overwritten); raises SettingsMismatch if the file was made by another arm of that key."""
         path = self.runs / run_name(arm.key, seed, lr)
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
+        if arm.supersedes(data["arm"]):
+            return None
         if data["arm"] != arm.describe():
             raise SettingsMismatch(f"{path} was made by arm {data['arm']}, not {arm.describe()}: the arm's "
                                    "definition changed; give the changed arm a new key, or delete the file")
