@@ -83,6 +83,18 @@ def spo_equals_reinforce_pp(results: SuiteResults) -> dict[str, object]:
             "final_difference": [difference.value, difference.low, difference.high]}
 
 
+def dropped(results: SuiteResults) -> dict[str, dict[str, str]]:
+    """Every arm of the suite missing from the summary's arms, with why (an arm left out says so in the committed
+    summary, not only in a log): unavailable (its probe's error), not run (a derived arm), failed runs (the error's
+    last line, by result file), or unfinished."""
+    finished = set(complete(results))
+    failed = {name: error.strip().splitlines()[-1] if error.strip() else "" for name, error in results.failures.items()}
+    unfinished = {key: "its runs are not all finished" for key in results.suite.arms
+                  if key not in finished and key not in results.unavailable and key not in results.pending}
+    return {"unavailable": dict(results.unavailable), "not_run": dict(results.pending), "failed_runs": failed,
+            "unfinished": unfinished}
+
+
 def summary(results: SuiteResults, out: Path, command: str, machine: str) -> regime.InstrumentSummary:
     """The instrument's summary (instruments/regime.py) from the suite's folder ``out``."""
     suite = results.suite
@@ -94,7 +106,7 @@ def summary(results: SuiteResults, out: Path, command: str, machine: str) -> reg
             if results.complete(key, lr) and results.complete(REFERENCE, lr):
                 lr_check.setdefault(key, {})[f"x{factor:g}"] = arm_summary(results, key, lr).difference
     notes: dict[str, object] = {"prior_rollouts": prior_rollouts(results), "pool": suite.settings.pool_size,
-                                "spo1_vs_rpp1": spo_equals_reinforce_pp(results)}
+                                "spo1_vs_rpp1": spo_equals_reinforce_pp(results), **dropped(results)}
     clusters = assets.clusters_path(suite.settings, Store(out).cache)
     if clusters.is_file():
         saved = json.loads(clusters.read_text())
@@ -196,7 +208,15 @@ def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
                   f"differs, by seed: {spo['first_differing_step']}. Final held-out pass rate, SPO minus REINFORCE++ "
                   f"(paired): {value:+.3f} [{low:+.3f}, {high:+.3f}].", ""]
     if pending:
-        lines += [f"**Not finished yet**: {', '.join(pending)}.", ""]
+        lines += ["**Not in the tables** (the summary's notes say the same):", ""]
+        for key in pending:
+            why = next((notes[kind][key] for kind in ("unavailable", "not_run", "unfinished") if key in notes[kind]),
+                       "no finished runs")
+            lines.append(f"- {results.suite.table[key].label}: {why}")
+        lines.append("")
+    if notes["failed_runs"]:
+        lines += [f"**Failed runs** ({len(notes['failed_runs'])}, tried again by the next run of the command): "
+                  + "; ".join(f"{name}: {error}" for name, error in notes["failed_runs"].items()), ""]
     lines += report_lines(results, found, path)
     path.write_text("\n".join(lines) + "\n")
     return path
