@@ -87,6 +87,7 @@ def test_a_run_of_an_earlier_revision_of_the_arm_is_run_again(tmp_path):
     assert store.load(arm, 0, 1e-4) is None  # stale: runner.execute runs it again, and save overwrites it
     store.save(arm, _record(arm.key))
     assert store.load(arm, 0, 1e-4) is not None
+    assert store.load(replace(arm, label="renamed"), 0, 1e-4) is not None  # a label names runs, it does not make them
     with pytest.raises(SettingsMismatch, match="the arm's definition changed"):
         store.load(replace(arm, n=4), 0, 1e-4)
     with pytest.raises(SettingsMismatch):

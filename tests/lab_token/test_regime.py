@@ -94,7 +94,8 @@ def test_the_oracle_allocation_spends_the_budget_in_groups_of_its_sizes(tiny_cac
 def test_the_oracle_baseline_is_reward_minus_p(tiny_cache, random_scores, tmp_path, monkeypatch):
     cache = tmp_path / "warmup"
     shutil.copytree(tiny_cache, cache)
-    monkeypatch.setattr(run_module, "true_success", lambda model, tok, problems, *args: np.full(len(problems), 0.25))
+    monkeypatch.setattr(run_module, "estimated_success",
+                        lambda model, tok, problems, *args: np.full(len(problems), 0.25))
     steps = []
     settings = replace(SETTINGS, clusters="family")
     run_module.run(settings, REGIME_ARMS["oracle_baseline1"], 0, 1e-4, str(cache), on_step=steps.append)

@@ -66,6 +66,6 @@ class TokenAdvantages:
 
 
 def oracle_baseline(scores: torch.Tensor, response_mask: torch.Tensor, p: np.ndarray) -> torch.Tensor:
-    """(B, R) advantages R - p on every response token: the oracle baseline of the no-revisit regime, a limit (p is
-    the prompt's success rate, estimated from responses that are not rollouts; docs/regime.md, addendum)."""
+    """(B, R) advantages R - p^ on every response token: the no-revisit regime's baseline limit (p^ is the prompt's
+    success rate estimated from 8 responses that are not rollouts, not the true p; docs/regime.md, addendum)."""
     return (scores.float() - torch.as_tensor(p, dtype=torch.float32))[:, None] * response_mask.float()

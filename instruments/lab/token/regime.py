@@ -136,7 +136,7 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
                   "limit's difference minus REINFORCE++'s, in held-out pass rate):", ""]
         for key in sorted(regime.LIMITS & set(found.arms)):
             lead = rule.headroom(found.arms[key].difference, base.difference)
-            lines.append(f"- {regime.ARMS[key].label}: {lead:+.3f}")
+            lines.append(f"- {results.suite.table[key].label}: {lead:+.3f}")
     finals = {key: np.array([r.pass_rate[-1] for r in results.runs(key)]) for key in found.arms}
     pairs = [(a, b) for a, b in CONTRASTS if a in finals and b in finals]
     if pairs:
@@ -197,8 +197,10 @@ def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
         f"- **Priors**: {settings.prior_samples} scores a pool prompt from the initial policy = "
         f"{notes['prior_rollouts']:,} rollouts, {notes['prior_rollouts'] / (settings.steps * settings.budget):.1f}x "
         "a whole run's training rollouts.",
-        f"- **Limits**: p estimated from {settings.oracle_samples} extra responses a prompt, not counted as "
-        "rollouts; the Knapsack allocation gives a prompt 0 or 2-16 rollouts.", "",
+        f"- **Limits**: not an oracle: p^ is a {settings.oracle_samples}-sample estimate of the current policy's p "
+        f"({settings.oracle_samples} extra responses a prompt at T = 1, not counted as rollouts). The Knapsack "
+        "allocation gives a prompt 0 or 2-16 rollouts, and 0 to every prompt whose samples all agree (p^ = 0 or 1), "
+        "so both limits understate what the true p would give.", "",
     ]
     spo = notes["spo1_vs_rpp1"]
     if spo.get("checked"):

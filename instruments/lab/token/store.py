@@ -80,7 +80,7 @@ class Store:
         data = json.loads(path.read_text())
         if arm.supersedes(data["arm"]):
             return None
-        if data["arm"] != arm.describe():
+        if _unlabelled(data["arm"]) != _unlabelled(arm.describe()):
             raise SettingsMismatch(f"{path} was made by arm {data['arm']}, not {arm.describe()}: the arm's "
                                    "definition changed; give the changed arm a new key, or delete the file")
         return RunRecord.from_dict(data["record"])
@@ -100,6 +100,11 @@ class Store:
         if not self.failed.is_dir():
             return {}
         return {p.name: json.loads(p.read_text())["error"] for p in sorted(self.failed.glob("*.json"))}
+
+
+def _unlabelled(described: dict[str, Any]) -> dict[str, Any]:
+    """An arm's description without its label: a label names the runs, it does not make them."""
+    return {key: value for key, value in described.items() if key != "label"}
 
 
 def _differences(found: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> dict[str, tuple[Any, Any]]:
