@@ -166,7 +166,18 @@ def test_the_summary_writes_and_reads_back(tmp_path: Path, monkeypatch: pytest.M
     from instruments.lab.regime_report import PLOT, write_report
 
     text = write_report(summary, suite, tmp_path, 0.1, "abc1234").read_text()
-    assert "| SPO n=1 + offline priors, priors counted (judged) |" in text and (tmp_path / PLOT).stat().st_size > 1000
+    counted = "| SPO n=1 + offline priors, priors counted (judged: the start value, arithmetic) |"
+    assert counted in text and (tmp_path / PLOT).stat().st_size > 1000
+    # issue 37 D: the priors' contrast to their twins, training only and paired by seed, leads; the counted final
+    # is each seed's start value (768 prior rollouts against 96 training rollouts)
+    contrasts = again.notes["priors"]["minus_twin_training_only"]
+    for key, twin in lab_regime.PRIORS_TWINS.items():
+        paired = suite.curves(key)[:, -1] - suite.curves(twin)[:, -1]
+        assert contrasts[key]["twin"] == twin and contrasts[key]["value"] == pytest.approx(paired.mean())
+        np.testing.assert_allclose(regime.final_with_priors(suite.curves(key), suite.x, suite.prior_rollouts),
+                                   suite.curves(key)[:, 0])  # fmt: skip
+    assert again.notes["priors"]["counted_final_is_start"]
+    assert text.index("## What the priors bought") < text.index("## Every arm") and "one-off cost" in text
 
     def no_run(spec: RegimeSpec) -> None:
         raise AssertionError(f"ran {spec} again: it was in the cache")

@@ -144,3 +144,20 @@ def test_a_no_revisit_suite_whose_pool_is_too_small_is_refused(tmp_path):
     smaller = replace(regime_suite, settings=replace(regime_suite.settings, pool_size=4992))
     with pytest.raises(ValueError, match="80 steps x 64 = 5120 prompts, but the pool holds 4992.*steps to 78"):
         smaller.check()
+
+
+def test_the_priors_arms_lead_with_their_contrast_to_their_twin(finished, tmp_path):
+    """Issue 37 D: each priors arm minus its twin, training only, paired by seed, in the summary and first in the
+    report; the counted figure is said to be the start value."""
+    results, out = finished
+    path = token_regime.write(results, None, out, tmp_path / "token_lab.md")
+    notes = shared.read_summary(tmp_path / "token_lab.json").notes["priors_minus_twin"]
+    assert set(notes) == {"spo1_priors", "bv2_priors"}
+    for key, twin in (("spo1_priors", "spo1"), ("bv2_priors", "bv_cluster2")):
+        paired = [a.pass_rate[-1] - b.pass_rate[-1] for a, b in zip(results.runs(key), results.runs(twin), strict=True)]
+        assert notes[key]["twin"] == twin
+        assert notes[key]["training_only_minus_twin"][0] == pytest.approx(np.mean(paired))
+        assert notes[key]["counted_final_is_start"]  # 2 x 8 prior samples on a pool of 16 >= 2 steps x 8 rollouts
+    text = path.read_text()
+    assert text.index("## What the priors bought") < text.index("## Arms")
+    assert "one-off cost" in text and "(counted: the start value, arithmetic)" in text
