@@ -7,7 +7,9 @@ looked up in verl's registry and called with ``token_level_rewards``, ``response
 ``algorithm`` node) and ``index`` (the uids). Around the call it opens the step's channel with the inputs that the
 estimator's record asks for (uid -> cluster), as the trainer hooks do, and returns the metrics the call reported.
 
-Estimators with a process-wide history must start each simulated run afresh: :func:`reset_history` forgets it.
+Estimators with a process-wide history must start each simulated run afresh: :func:`reset_history` forgets it, and
+:func:`start_run` does what verl's trainer start does with the training files (BV-Blend's prior file at a cluster level
+pools its prompts by their clusters), with the training prompts given.
 """
 
 from __future__ import annotations
@@ -60,6 +62,22 @@ def reset_history(adv_estimator: str) -> None:
     """Forget the process-wide history of this estimator (no-op for verl's own estimators)."""
     if record_for(adv_estimator) is not None:
         runtime.reset(adv_estimator)
+
+
+def start_run(algorithm: DictConfig, prompts: Mapping[str, int | None]) -> None:
+    """Start a fresh history of ``algorithm.adv_estimator`` as verl's trainer start does, with the run's training
+    prompts given instead of read from ``data.train_files``: prompt key -> cluster id (``None``: none).
+
+    BV-Blend with ``prior_file`` at a cluster level needs it before its first call (the priors of a cluster are its
+    training prompts' pooled scores); for the others it reports the prior file's prompts that no training prompt has.
+    No-op for verl's own estimators.
+    """
+    record = record_for(str(algorithm.adv_estimator))
+    if record is None:
+        return
+    runtime.reset(record.name)
+    process = runtime.process_for(record.name, algorithm)
+    process.options.start(process.estimator, prompts)
 
 
 def needed_inputs(adv_estimator: str, algorithm: DictConfig | None = None) -> frozenset[str]:

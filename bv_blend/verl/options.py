@@ -60,6 +60,10 @@ class GlueOptions:
     def prepare(self, built: Any, config: Any) -> None:
         """At trainer start, with the full trainer config: what needs more than the options (no-op by default)."""
 
+    def start(self, built: Any, prompts: Mapping[str, int | None]) -> None:
+        """What :meth:`prepare` does with the training prompts (key -> cluster id or ``None``), given directly:
+        ``bv_blend.verl.offline.start_run`` calls it outside a trainer (no-op by default)."""
+
     def inputs(self) -> frozenset[str]:
         """The per-batch inputs this run needs from the trainer hooks (``records.CLUSTER_IDS`` ...)."""
         return self.record().inputs

@@ -86,6 +86,9 @@ LAB_ARMS: dict[str, LabArm] = {
     "oracle_baseline1": LabArm(ESTIMATORS["oracle"], 1),
     "knapsack_grpo2": LabArm(ESTIMATORS["grpo"], 2, knapsack=True),
 }
+# Each priors arm's twin without priors (the token lab's too: instruments/lab/token/arms.PRIORS_TWINS): with no
+# revisit, prompt_and_cluster without priors is the cluster level (a prompt's own history is never read).
+PRIORS_TWINS = {"spo1_priors": "spo1", "bv2_priors": "bv_cluster2"}
 
 
 @dataclass(frozen=True)

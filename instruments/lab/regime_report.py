@@ -61,6 +61,7 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
         f"| **all {len(suite.results)} runs** | | **{summary.revisits['max']:g}** | **{summary.revisits['mean']:g}** "
         f"| **{summary.revisits['held_out_drawn']:g}** |",
         "",
+        *_priors_lines(notes),
         "## Every arm, read by the rule",
         "",
         f"Reference: GRPO n=8, final held-out success {format_interval(reference.final, digits=4)}. *Difference*: "
@@ -79,7 +80,8 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
             lines.append(f"| {label} | {format_interval(arm.final, digits=4)} | {_difference(arm.difference, key)} | "
                          f"{arm.verdict} | {format_reach(arm.reach)} |")
             continue
-        counted = f"{label}, priors counted (judged)"
+        counted = f"{label}, priors counted (judged" + (": the start value, arithmetic)" if priors.get(
+            "counted_final_is_start") else ")")
         lines.append(f"| {counted} | {format_interval(arm.final, digits=4)} | {_difference(arm.difference, key)} | "
                      f"**{arm.verdict}** | {format_reach(arm.reach)} |")
         final = stats.Interval(**priors["training_only_final"][key])
@@ -177,6 +179,32 @@ def _plot(summary: regime.InstrumentSummary, suite: SuiteRuns, path: Path) -> No
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _priors_lines(notes: dict) -> list[str]:
+    """The informative contrast first (each priors arm minus its twin, training rollouts only), then what the
+    counted figure is, and that priors are paid once."""
+    priors = notes["priors"]
+    contrasts = priors.get("minus_twin_training_only", {})
+    if not contrasts:
+        return []
+    lines = ["## What the priors bought", "",
+             "Each priors arm minus its twin without priors, final held-out success, training rollouts only, paired "
+             "by seed (95% paired bootstrap):", ""]
+    for key, found in contrasts.items():
+        interval = stats.Interval(found["value"], found["low"], found["high"])
+        lines.append(f"- {regime.ARMS[key].label} minus {regime.ARMS[found['twin']].label}: "
+                     f"{format_interval(interval, signed=True, digits=4)}")
+    times = priors["rollouts"] / priors["training_rollouts"]
+    lines += ["", f"The priors are {priors['rollouts']:,} rollouts, {times:.0f}x a run's training rollouts, and a "
+              "one-off cost: a user generates them once for a dataset and an "
+              "initial policy and reuses them across runs."]
+    if priors.get("counted_final_is_start"):
+        lines += ["", "Counted in the budget, as the rule judges them, a priors arm has not trained at all by the "
+                  "reference's final rollouts: its counted final is each seed's start value, the same number for both "
+                  "priors arms. Their counted difference to GRPO n=8 below is arithmetic, not a measurement of the "
+                  "priors."]
+    return [*lines, ""]
 
 
 def _ran(suite: SuiteRuns) -> str:

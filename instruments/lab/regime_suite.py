@@ -22,6 +22,7 @@ from instruments.lab.experiments import run_cached
 from instruments.lab.regime import (
     NMI_TARGET,
     PRIOR_SAMPLES,
+    PRIORS_TWINS,
     SEEDS,
     RegimeResult,
     RegimeSpec,
@@ -142,6 +143,14 @@ def knapsack_notes(suite: SuiteRuns) -> dict[str, float]:
             "group_size_max": float(trained.max()), "group_size_mean": float(trained.mean())}  # fmt: skip
 
 
+def priors_contrast(suite: SuiteRuns) -> dict[str, dict[str, Any]]:
+    """What the priors bought: each priors arm minus its twin without priors (``PRIORS_TWINS``), final held-out
+    success, training rollouts only, paired by seed (the judged figure counts the priors' rollouts; at 8x a run's
+    budget it is each seed's start value, the same for both priors arms)."""
+    return {key: {"twin": twin, **asdict(stats.paired_difference(suite.curves(key)[:, -1], suite.curves(twin)[:, -1]))}
+            for key, twin in PRIORS_TWINS.items()}
+
+
 def build_summary(suite: SuiteRuns, command: str, machine: str) -> regime.InstrumentSummary:
     """The instrument's summary: every arm read by the rule, the learning-rate check, and what the runs measured."""
     arms = {key: arm_summary(suite, key) for key in regime.IN_LABS}
@@ -169,7 +178,9 @@ def build_summary(suite: SuiteRuns, command: str, machine: str) -> regime.Instru
                    "training_only_reach": {key: asdict(stats.reach_interval(suite.curves(key), suite.curves(
                        regime.REFERENCE), suite.x, suite.x)) for key, arm in regime.IN_LABS.items() if arm.priors},
                    "training_only_final": {key: asdict(stats.mean_interval(suite.curves(key)[:, -1]))
-                                           for key, arm in regime.IN_LABS.items() if arm.priors}},
+                                           for key, arm in regime.IN_LABS.items() if arm.priors},
+                   "minus_twin_training_only": priors_contrast(suite),
+                   "counted_final_is_start": suite.prior_rollouts >= int(suite.x[-1])},
         "headroom_over_rpp1": {key: rule.headroom(arms[key].difference, baseline) for key in sorted(regime.LIMITS)},
         "knapsack": knapsack_notes(suite),
         "spo1_vs_rpp1": spo_versus_rpp(suite),

@@ -117,6 +117,27 @@ def test_the_priors_arms_start_from_the_prior_file(tmp_path: Path) -> None:
     assert len(runtime.held("spo").estimator.offline_values) == world.pool.size
 
 
+@pytest.mark.parametrize("key", sorted(lab_regime.PRIORS_TWINS))
+def test_every_priors_arm_s_advantages_differ_from_its_twin_s(key: str, tmp_path: Path) -> None:
+    """Issue 37: on the same batch (the first step's prompts), the priors arm against its twin in the suite and
+    against itself without the file."""
+    world = RegimeTask(small(key))
+    arm = LAB_ARMS[key]
+    prompts = world.order[: SMALL.budget // arm.n]
+    rows = np.repeat(prompts, arm.n)
+    rewards = (np.arange(rows.size) % 3 == 0).astype(np.float64)  # a mixed batch, the same for every arm
+    batch = (np.repeat(world.uids(prompts), arm.n), world.cluster_ids[rows], world.keys[rows], np.full(rows.size, .5))
+
+    def advantages(lab_arm: lab_regime.LabArm) -> np.ndarray:
+        estimator = lab_regime._estimator(lab_arm, world, 0, tmp_path)
+        return lab_regime._advantages(estimator, rewards, *batch)
+
+    with_priors = advantages(arm)
+    assert LAB_ARMS[lab_regime.PRIORS_TWINS[key]].estimator.adv_estimator == arm.estimator.adv_estimator
+    assert not np.allclose(with_priors, advantages(LAB_ARMS[lab_regime.PRIORS_TWINS[key]]))
+    assert not np.allclose(with_priors, advantages(replace(arm, priors=False)))
+
+
 def test_the_row_gradient_is_the_lab_s_gradient_on_equal_groups() -> None:
     world = RegimeTask(small("grpo8"))
     policy = Policy(world.task)
@@ -145,7 +166,18 @@ def test_the_summary_writes_and_reads_back(tmp_path: Path, monkeypatch: pytest.M
     from instruments.lab.regime_report import PLOT, write_report
 
     text = write_report(summary, suite, tmp_path, 0.1, "abc1234").read_text()
-    assert "| SPO n=1 + offline priors, priors counted (judged) |" in text and (tmp_path / PLOT).stat().st_size > 1000
+    counted = "| SPO n=1 + offline priors, priors counted (judged: the start value, arithmetic) |"
+    assert counted in text and (tmp_path / PLOT).stat().st_size > 1000
+    # issue 37 D: the priors' contrast to their twins, training only and paired by seed, leads; the counted final
+    # is each seed's start value (768 prior rollouts against 96 training rollouts)
+    contrasts = again.notes["priors"]["minus_twin_training_only"]
+    for key, twin in lab_regime.PRIORS_TWINS.items():
+        paired = suite.curves(key)[:, -1] - suite.curves(twin)[:, -1]
+        assert contrasts[key]["twin"] == twin and contrasts[key]["value"] == pytest.approx(paired.mean())
+        np.testing.assert_allclose(regime.final_with_priors(suite.curves(key), suite.x, suite.prior_rollouts),
+                                   suite.curves(key)[:, 0])  # fmt: skip
+    assert again.notes["priors"]["counted_final_is_start"]
+    assert text.index("## What the priors bought") < text.index("## Every arm") and "one-off cost" in text
 
     def no_run(spec: RegimeSpec) -> None:
         raise AssertionError(f"ran {spec} again: it was in the cache")

@@ -18,10 +18,10 @@ import pytest
 
 from bv_blend.history.priors import load_priors
 from instruments import regime as shared
-from instruments.lab.token import assets, runner
+from instruments.lab.token import assets, runner, suites
 from instruments.lab.token import regime as token_regime
 from instruments.lab.token import run as run_module
-from instruments.lab.token.arms import REGIME_ARMS
+from instruments.lab.token.arms import REGIME_ARMS, TokenArm, unavailable_reason
 from instruments.lab.token.suites import Suite
 from tests.lab_token.conftest import TINY, coin_flip_scores
 
@@ -94,7 +94,8 @@ def test_the_oracle_allocation_spends_the_budget_in_groups_of_its_sizes(tiny_cac
 def test_the_oracle_baseline_is_reward_minus_p(tiny_cache, random_scores, tmp_path, monkeypatch):
     cache = tmp_path / "warmup"
     shutil.copytree(tiny_cache, cache)
-    monkeypatch.setattr(run_module, "true_success", lambda model, tok, problems, *args: np.full(len(problems), 0.25))
+    monkeypatch.setattr(run_module, "estimated_success",
+                        lambda model, tok, problems, *args: np.full(len(problems), 0.25))
     steps = []
     settings = replace(SETTINGS, clusters="family")
     run_module.run(settings, REGIME_ARMS["oracle_baseline1"], 0, 1e-4, str(cache), on_step=steps.append)
@@ -115,3 +116,48 @@ def test_the_summary_is_written_for_the_rule_and_reads_back(finished, tmp_path):
     assert set(found.lr_check) == set(token_regime.lr_check_keys(results)) - {"grpo8"}
     assert all(set(by_factor) == {"x0.5", "x2"} for by_factor in found.lr_check.values())
     assert "## Arms" in path.read_text() and (tmp_path / "token_lab_curves.png").is_file()
+
+
+def test_an_arm_left_out_is_in_the_summary_with_its_reason(finished, tmp_path):
+    """Issue 37 F: an arm whose probe fails is dropped from the tables, and the committed summary says why."""
+    results, out = finished
+    reason = unavailable_reason(TokenArm("rpp1", "REINFORCE++ n=1", "no_such_estimator", n=1))
+    assert reason is not None
+    dropped = replace(results, records={k: v for k, v in results.records.items() if k != "rpp1"},
+                      unavailable={"rpp1": reason})  # what collect() holds when rpp1's probe raises
+    path = token_regime.write(dropped, None, out, tmp_path / "token_lab.md")
+    found = shared.read_summary(tmp_path / "token_lab.json")
+    assert "rpp1" not in found.arms
+    assert found.notes["unavailable"] == {"rpp1": reason}
+    assert f"REINFORCE++ n=1: {reason}" in path.read_text()
+
+
+def test_a_no_revisit_suite_whose_pool_is_too_small_is_refused(tmp_path):
+    """Issue 37 F: steps x the most prompts an arm takes a step must fit in the pool, or a prompt comes back."""
+    suite = replace(SUITE, settings=replace(SETTINGS, steps=3))  # rpp1 takes 8 a step: 24 prompts, the pool has 16
+    with pytest.raises(ValueError, match=r"3 steps x 8 = 24 prompts, but the pool holds 16.*at least 24.*steps to 2"):
+        runner.run_suite(suite, tmp_path / "out", log=lambda line: None)
+    assert not (tmp_path / "out").exists()  # refused before the folder is claimed
+    SUITE.check()
+    regime_suite = suites.regime({"lr": 1e-4, "steps": 80})
+    regime_suite.check()  # the committed regime: 80 steps x 64 = the pool of 5,120
+    smaller = replace(regime_suite, settings=replace(regime_suite.settings, pool_size=4992))
+    with pytest.raises(ValueError, match="80 steps x 64 = 5120 prompts, but the pool holds 4992.*steps to 78"):
+        smaller.check()
+
+
+def test_the_priors_arms_lead_with_their_contrast_to_their_twin(finished, tmp_path):
+    """Issue 37 D: each priors arm minus its twin, training only, paired by seed, in the summary and first in the
+    report; the counted figure is said to be the start value."""
+    results, out = finished
+    path = token_regime.write(results, None, out, tmp_path / "token_lab.md")
+    notes = shared.read_summary(tmp_path / "token_lab.json").notes["priors_minus_twin"]
+    assert set(notes) == {"spo1_priors", "bv2_priors"}
+    for key, twin in (("spo1_priors", "spo1"), ("bv2_priors", "bv_cluster2")):
+        paired = [a.pass_rate[-1] - b.pass_rate[-1] for a, b in zip(results.runs(key), results.runs(twin), strict=True)]
+        assert notes[key]["twin"] == twin
+        assert notes[key]["training_only_minus_twin"][0] == pytest.approx(np.mean(paired))
+        assert notes[key]["counted_final_is_start"]  # 2 x 8 prior samples on a pool of 16 >= 2 steps x 8 rollouts
+    text = path.read_text()
+    assert text.index("## What the priors bought") < text.index("## Arms")
+    assert "one-off cost" in text and "(counted: the start value, arithmetic)" in text

@@ -2,7 +2,13 @@
 
 The math is :class:`bv_blend.BVBlendEstimator`. This module reads ``algorithm.bv_blend`` (the estimator's parameters
 plus the glue's own keys: K, the codebook, how clusters are found), holds the process's estimator with its codebook,
-and gives the checkpoint hooks its state (``global_step_N/bv_blend_state.pt``: the moments, K, the codebook hash).
+and gives the checkpoint hooks its state (``global_step_N/bv_blend_state.pt``: the moments, K, the codebook hash, the
+prior file's hash).
+
+A prior file acts wherever the estimator is built, as SPO's offline values do: the prompt levels start from it in
+:meth:`BVBlendOptions.build`. The cluster levels pool its prompts by their clusters, which only the training prompts
+tell: verl's trainer start reads them from ``data.train_files`` (:meth:`BVBlendOptions.prepare`), the offline face takes
+them in ``bv_blend.verl.offline.start_run``; a call before either is refused, never run without the priors.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 from bv_blend.blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.codebook import CLUSTER_KEY
 from bv_blend.core.options import check_choice, check_optional_text, require
-from bv_blend.history.priors import load_priors, unmatched
+from bv_blend.history.priors import load_priors, priors_hash, unmatched
 from bv_blend.verl import channel, runtime
 from bv_blend.verl.clusters import ANNOTATE_HINT, build_cluster_map, cluster_ids_for_rows
 from bv_blend.verl.options import ROW_FIELDS, TEXT_FIELDS, Columns, HistoryOptions
@@ -30,6 +36,7 @@ logger = logging.getLogger(__name__)
 NAME = "bv_blend"
 SECTION = f"algorithm.{NAME}"
 ON_MISSING_CLUSTER = ("error", "assign")
+PRIORS_HASH = "prior_file_hash"  # in the state file: absent in states written before the resume check
 
 @dataclass(frozen=True)
 class BVBlendOptions(HistoryOptions):
@@ -100,7 +107,10 @@ class BVBlendOptions(HistoryOptions):
             estimator=BVBlendEstimator(num_clusters, self.config),
             codebook=codebook,
         )
-        process.priors()  # a malformed prior file fails here, at trainer start
+        priors = process.priors()  # a malformed prior file fails here, at trainer start
+        if priors:
+            process.estimator.warm_start(priors)  # the prompt levels need nothing else
+            process.clusters_pending = self.config.uses_clusters
         return process
 
     def _clusters(self) -> tuple[int, Any]:
@@ -129,6 +139,14 @@ class BVBlendOptions(HistoryOptions):
         step: channel.StepChannel,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Each row's cluster and prompt key, from the channel by uid, where the history level reads them."""
+        if built.clusters_pending:
+            raise ValueError(
+                f"{SECTION}.prior_file={self.prior_file} at history_level={self.config.history_level} starts each "
+                "cluster from the pooled priors of its training prompts, and their clusters are not known yet: verl's "
+                "trainer reads them from data.train_files at its start; outside it, call "
+                "bv_blend.verl.offline.start_run(algorithm, {prompt key: cluster id}) before the first step, or use "
+                f"{SECTION}.history_level=prompt (no clusters)."
+            )
         inputs = self.inputs()
         clusters = cluster_ids_for_rows(index, response_mask, step.cluster_map) if CLUSTER_IDS in inputs else None
         keys = prompt_keys_for_rows(index, response_mask, step.prompt_keys, NAME) if PROMPT_KEYS in inputs else None
@@ -141,16 +159,23 @@ class BVBlendOptions(HistoryOptions):
         return built.estimator.metrics
 
     def prepare(self, built: BVBlendProcess, config: Any) -> None:
-        """At trainer start: start the history from the prior file, pooling its prompts by their clusters in the
-        training files (history_spec 4); the file's prompts that no training row has are counted and reported."""
+        """At trainer start: :meth:`start` with the training files' prompts and their clusters."""
         if self.prior_file is None:
             return
         from bv_blend.verl.training_data import training_prompts
 
-        priors = built.priors()
         cluster_key = self.cluster_key if self.config.uses_clusters else None
-        prompts = training_prompts(config, self.prompt_key_field, cluster_key)
+        self.start(built, training_prompts(config, self.prompt_key_field, cluster_key))
+
+    def start(self, built: BVBlendProcess, prompts: Mapping[str, int | None]) -> None:
+        """Start the history from the prior file, pooling its prompts by their clusters among the training prompts
+        ``prompts`` (key -> cluster id, history_spec 4); the file's prompts that no training row has are counted and
+        reported."""
+        if self.prior_file is None:
+            return
+        priors = built.priors()
         built.estimator.warm_start(priors, {key: c for key, c in prompts.items() if c is not None})
+        built.clusters_pending = False
         if missing := unmatched(priors, prompts):
             logger.warning("%s: %d of its %d prompts are in no training file (their priors are unused at the "
                            "cluster level).", self.prior_file, missing, len(priors))  # fmt: skip
@@ -159,6 +184,7 @@ class BVBlendOptions(HistoryOptions):
         return {
             "num_clusters": built.num_clusters,
             "codebook_hash": built.codebook_hash,
+            PRIORS_HASH: built.priors_hash(),
             "estimator": built.estimator.state_dict(),
         }
 
@@ -174,7 +200,31 @@ class BVBlendOptions(HistoryOptions):
                 f"({self.codebook_path}) has hash {built.codebook_hash}: cluster ids would mean other "
                 f"clusters. Resume with the original {SECTION}.codebook_path."
             )
+        self._check_priors(built, payload, path)
         super().restore(built.estimator, payload, path)
+        built.clusters_pending = False  # the saved moments hold the priors the run started from
+
+    def _check_priors(self, built: BVBlendProcess, payload: Mapping[str, Any], path: str) -> None:
+        """The saved history started from the priors this run names, or the resume is refused (as SPO's).
+
+        A state without the hash was written before this check: its history holds whatever priors its run started
+        from, which nothing can tell now, so the resume goes on with a warning rather than throwing a run's history
+        away (docs/priors.md)."""
+        current = built.priors_hash()
+        if PRIORS_HASH not in payload:
+            if current is not None:
+                logger.warning("%s predates the prior file check: it cannot say which priors its history started "
+                               "from; it is resumed as it is, and %s.prior_file=%s is not applied.", path, SECTION,
+                               self.prior_file)  # fmt: skip
+            return
+        if payload[PRIORS_HASH] != current:
+            saved = "no prior file" if payload[PRIORS_HASH] is None else f"a prior file of hash {payload[PRIORS_HASH]}"
+            now = "none" if current is None else f"{self.prior_file}, hash {current}"
+            raise ValueError(
+                f"{path} was written by a run that started from {saved}, but this run's {SECTION}.prior_file is "
+                f"{now}: the resumed history would keep the old priors and silently ignore this run's. Resume with "
+                f"the original {SECTION}.prior_file."
+            )
 
 
 @dataclass
@@ -187,6 +237,8 @@ class BVBlendProcess:
     estimator: BVBlendEstimator
     codebook: Any = None
     _assigner: Any = field(default=None, repr=False)
+    # a prior file at a cluster level whose training prompts' clusters are not known yet (``BVBlendOptions.start``)
+    clusters_pending: bool = False
     _priors: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     @property
@@ -199,6 +251,11 @@ class BVBlendProcess:
             path = self.options.prior_file
             self._priors = load_priors(path, f"{SECTION}.prior_file") if path is not None else {}
         return self._priors
+
+    def priors_hash(self) -> str | None:
+        """The prior file's content hash (saved with the state; a resume must match it), ``None`` without one."""
+        priors = self.priors()
+        return priors_hash(priors) if priors else None
 
     def assigner(self) -> Any:
         """The on-the-fly :class:`~bv_blend.codebook.encode.ClusterAssigner` (loads the encoder on first use)."""

@@ -64,11 +64,16 @@ class SPOOptions(HistoryOptions):
         )
 
     def prepare(self, built: SPOEstimator, config: Any) -> None:
-        """At trainer start: report the offline values' prompts that no training row has (not an error)."""
+        """At trainer start: :meth:`start` with the training files' prompts."""
         if built.offline_values:
             from bv_blend.verl.training_data import training_prompts
 
-            missing = unmatched(built.offline_values, training_prompts(config, self.prompt_key_field))
+            self.start(built, training_prompts(config, self.prompt_key_field))
+
+    def start(self, built: SPOEstimator, prompts: Mapping[str, int | None]) -> None:
+        """Report the offline values' prompts that no training prompt has (not an error); they act from the build."""
+        if built.offline_values:
+            missing = unmatched(built.offline_values, prompts)
             if missing:
                 logger.warning("%s: %d of its %d prompts are in no training file (their priors are unused).",
                                self.offline_values, missing, len(built.offline_values))  # fmt: skip

@@ -10,6 +10,8 @@ in, and each row's cluster id (its task family). Arms that key a history by prom
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
@@ -26,15 +28,22 @@ def token_level_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> to
 
 
 class TokenAdvantages:
-    """Starts the arm's estimator with an empty history; then maps a step's batch to verl's (B, R) advantages."""
+    """Starts the arm's estimator with an empty history, or from the prior file (``priors``) as verl's trainer start
+    does, given the pool's prompts and their clusters (``prompts``: key -> cluster id; BV-Blend pools its priors by
+    them); then maps a step's batch to verl's (B, R) advantages."""
 
-    def __init__(self, arm: TokenArm, num_clusters: int, priors: str | None = None) -> None:
+    def __init__(self, arm: TokenArm, num_clusters: int, priors: str | None = None,
+                 prompts: Mapping[str, int] | None = None) -> None:  # fmt: skip
         self.arm = arm
         if arm.oracle == "baseline":  # no verl estimator: the run computes R - p (oracle_baseline)
             self.algorithm = None
             return
         self.algorithm = offline.algorithm_config(arm.adv_estimator, arm.algorithm_options(num_clusters, priors))
         offline.reset_history(arm.adv_estimator)
+        if arm.priors and priors is not None:
+            if prompts is None:
+                raise ValueError(f"{arm.label}: its prior file needs the pool's prompts and their clusters (prompts=).")
+            offline.start_run(self.algorithm, prompts)
 
     def __call__(
         self,
@@ -57,6 +66,6 @@ class TokenAdvantages:
 
 
 def oracle_baseline(scores: torch.Tensor, response_mask: torch.Tensor, p: np.ndarray) -> torch.Tensor:
-    """(B, R) advantages R - p on every response token: the oracle baseline of the no-revisit regime, a limit (p is
-    the prompt's success rate, estimated from responses that are not rollouts; docs/regime.md, addendum)."""
+    """(B, R) advantages R - p^ on every response token: the no-revisit regime's baseline limit (p^ is the prompt's
+    success rate estimated from 8 responses that are not rollouts, not the true p; docs/regime.md, addendum)."""
     return (scores.float() - torch.as_tensor(p, dtype=torch.float32))[:, None] * response_mask.float()

@@ -40,10 +40,13 @@ class TokenArm:
     # A derived arm: after the comparison's other runs, it takes the estimator and options of the best of these
     # arms (highest seed-mean final held-out pass rate; runner.resolve_derived), with its own n and sampler.
     best_of: tuple[str, ...] = ()
-    # A limit of the no-revisit regime (docs/regime.md, addendum): "baseline" (the advantage R - p, p estimated
-    # from extra samples) or "allocation" (the step's rollouts split by p, Knapsack-style, then this estimator).
+    # A limit of the no-revisit regime (docs/regime.md, addendum): "baseline" (the advantage R - p^, p^ estimated
+    # from 8 extra samples) or "allocation" (the step's rollouts split by p^, Knapsack-style, then this estimator).
     oracle: str = ""
     priors: bool = False  # reads the suite's offline priors (SPO's offline_values, BV-Blend's prior_file)
+    # An arm fixed in place (its key is the regime's, instruments/regime.ARMS): runs stored by an earlier revision
+    # are stale, and a rerun of the suite's command runs them again (store.Store.load).
+    revision: int = 0
 
     @property
     def needs_prompt_keys(self) -> bool:
@@ -72,10 +75,20 @@ class TokenArm:
                        best_of=())
 
     def describe(self) -> dict[str, Any]:
-        """What determines this arm's runs (stored in each result file, compared on resume)."""
+        """What determines this arm's runs, and its label (stored in each result file, compared on resume but for
+        the label: renaming an arm does not change its runs)."""
         return {"label": self.label, "adv_estimator": self.adv_estimator, "options": _plain(self.options),
                 "n": self.n, "sampler": self.sampler, "best_of": list(self.best_of),
-                **({"oracle": self.oracle} if self.oracle else {}), **({"priors": True} if self.priors else {})}
+                **({"oracle": self.oracle} if self.oracle else {}), **({"priors": True} if self.priors else {}),
+                **({"revision": self.revision} if self.revision else {})}
+
+    def supersedes(self, described: Mapping[str, Any]) -> bool:
+        """Whether ``described`` (a stored run's arm) is this arm at an earlier revision: the same in all else but
+        the label."""
+        old = {key: value for key, value in described.items() if key != "label"}
+        revision = old.pop("revision", 0)
+        mine = {key: value for key, value in self.describe().items() if key not in ("label", "revision")}
+        return isinstance(revision, int) and revision < self.revision and old == mine
 
 
 def bv_blend(key: str, label: str, n: int, sampler: bool = False, **options: Any) -> TokenArm:
@@ -106,13 +119,21 @@ REGIME_ARMS: dict[str, TokenArm] = {arm.key: arm for arm in (
     bv_blend("bv_cluster8", "BV-Blend cluster level n=8", n=8),
     TokenArm("spo1", "SPO n=1", "spo", n=1),
     TokenArm("spo1_priors", "SPO n=1 + offline priors", "spo", n=1, priors=True),
+    # revision 1 (issue 37): its prior file acts; revision 0 ran without it, bit-identical to bv_cluster2
     TokenArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", "bv_blend",
-             {"bv_blend": {"history_level": "prompt_and_cluster"}}, n=2, priors=True),
-    TokenArm("oracle_baseline1", "limit: oracle baseline R - p, n=1", ORACLE_BASELINE, n=1, oracle="baseline"),
-    TokenArm("knapsack_grpo2", "limit: Knapsack allocation by p + GRPO (32 prompts)", "grpo", n=2,
+             {"bv_blend": {"history_level": "prompt_and_cluster"}}, n=2, priors=True, revision=1),
+    # The limits' p is an estimate from 8 extra samples of the current policy (run.estimated_success), not the true
+    # p: their labels say so (instruments/regime.ARMS still says "oracle"; the lead's to change).
+    TokenArm("oracle_baseline1", "limit: baseline R - p^, p^ from 8 samples, n=1", ORACLE_BASELINE, n=1,
+             oracle="baseline"),
+    TokenArm("knapsack_grpo2", "limit: Knapsack allocation by 8-sample estimated p + GRPO (32 prompts)", "grpo", n=2,
              oracle="allocation"),
 )}
 
+# Each priors arm's twin without priors, whose paired difference is what its priors bought (the reports lead with
+# it). bv2_priors's is the cluster level: with no prompt coming back, its prompt history without priors never holds
+# anything, so prompt_and_cluster without priors is the cluster level.
+PRIORS_TWINS = {"spo1_priors": "spo1", "bv2_priors": "bv_cluster2"}
 
 ARM_TABLES = {"comparison": ARMS, "regime": REGIME_ARMS}  # a suite's arms come from one of these
 

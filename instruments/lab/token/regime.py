@@ -16,6 +16,7 @@ import numpy as np
 
 from instruments import regime, rule, stats
 from instruments.lab.token import assets, plots
+from instruments.lab.token.arms import PRIORS_TWINS
 from instruments.lab.token.runner import SuiteResults
 from instruments.lab.token.store import Store
 from instruments.lab.token.suites import LR_SWEEP_FACTORS
@@ -83,6 +84,39 @@ def spo_equals_reinforce_pp(results: SuiteResults) -> dict[str, object]:
             "final_difference": [difference.value, difference.low, difference.high]}
 
 
+def priors_contrast(results: SuiteResults) -> dict[str, dict[str, object]]:
+    """What the priors bought: each finished priors arm minus its twin without priors (arms.PRIORS_TWINS), final
+    held-out pass rate, training rollouts only, paired by seed. The judged figure counts the priors' rollouts; where
+    they are at least a run's training rollouts it is each seed's start value, the same for every priors arm
+    (``counted_final_is_start``): arithmetic, not a measurement."""
+    settings = results.suite.settings
+    counted_is_start = prior_rollouts(results) >= settings.steps * settings.budget
+    found: dict[str, dict[str, object]] = {}
+    for key, twin in PRIORS_TWINS.items():
+        if key not in results.suite.arms or not (results.complete(key) and results.complete(twin)):
+            continue
+        runs, twins = results.runs(key), results.runs(twin)
+        if [r.seed for r in runs] != [r.seed for r in twins]:
+            raise ValueError(f"{key} and {twin} ran other seeds: their difference is paired by seed")
+        difference = stats.paired_difference(np.array([r.pass_rate[-1] for r in runs]),
+                                             np.array([r.pass_rate[-1] for r in twins]))
+        found[key] = {"twin": twin, "training_only_minus_twin": [difference.value, difference.low, difference.high],
+                      "counted_final_is_start": counted_is_start}
+    return found
+
+
+def dropped(results: SuiteResults) -> dict[str, dict[str, str]]:
+    """Every arm of the suite missing from the summary's arms, with why (an arm left out says so in the committed
+    summary, not only in a log): unavailable (its probe's error), not run (a derived arm), failed runs (the error's
+    last line, by result file), or unfinished."""
+    finished = set(complete(results))
+    failed = {name: error.strip().splitlines()[-1] if error.strip() else "" for name, error in results.failures.items()}
+    unfinished = {key: "its runs are not all finished" for key in results.suite.arms
+                  if key not in finished and key not in results.unavailable and key not in results.pending}
+    return {"unavailable": dict(results.unavailable), "not_run": dict(results.pending), "failed_runs": failed,
+            "unfinished": unfinished}
+
+
 def summary(results: SuiteResults, out: Path, command: str, machine: str) -> regime.InstrumentSummary:
     """The instrument's summary (instruments/regime.py) from the suite's folder ``out``."""
     suite = results.suite
@@ -94,7 +128,8 @@ def summary(results: SuiteResults, out: Path, command: str, machine: str) -> reg
             if results.complete(key, lr) and results.complete(REFERENCE, lr):
                 lr_check.setdefault(key, {})[f"x{factor:g}"] = arm_summary(results, key, lr).difference
     notes: dict[str, object] = {"prior_rollouts": prior_rollouts(results), "pool": suite.settings.pool_size,
-                                "spo1_vs_rpp1": spo_equals_reinforce_pp(results)}
+                                "spo1_vs_rpp1": spo_equals_reinforce_pp(results), **dropped(results),
+                                "priors_minus_twin": priors_contrast(results)}
     clusters = assets.clusters_path(suite.settings, Store(out).cache)
     if clusters.is_file():
         saved = json.loads(clusters.read_text())
@@ -105,17 +140,21 @@ def summary(results: SuiteResults, out: Path, command: str, machine: str) -> reg
 
 def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: Path) -> list[str]:
     """The regime's tables and plots, for docs/regime/token_lab.md."""
-    lines = ["## Arms: the rule's reading (instruments/rule.py)", "",
+    lines = [*priors_lines(results, found), "## Arms: the rule's reading (instruments/rule.py)", "",
              "Final held-out pass rate (seed mean, 95% bootstrap CI); the paired difference to GRPO n=8 (arm minus "
              "reference, 95% paired bootstrap over seeds) and its verdict; rollouts to reach the reference's final "
              "value (x the reference's; judges nothing). Priors arms: judged with their "
-             f"{prior_rollouts(results):,} offline rollouts counted; 'training only' leaves them out.", "",
+             f"{prior_rollouts(results):,} offline rollouts counted; 'training only' leaves them out."
+             + (" Counted, their final is each seed's start value (see *What the priors bought*): arithmetic, not a "
+                "measurement." if _counted_is_start(results) else ""), "",
              "| arm | final | difference to GRPO n=8 | verdict | training only | rollouts to reach |",
              "|---|---|---|---|---|---|"]
     for key, arm in found.arms.items():
         difference = "ref" if key == REFERENCE else format_interval(arm.difference, signed=True)
         verdict = "" if key == REFERENCE else arm.verdict
         only = format_interval(arm.training_only, signed=True) if arm.training_only is not None else ""
+        if arm.training_only is not None and _counted_is_start(results):
+            difference += " (counted: the start value, arithmetic)"
         lines.append(f"| {results.suite.table[key].label} | {format_interval(arm.final)} | {difference} | {verdict} | "
                      f"{only} | {format_reach(arm.reach)} |")
     base = found.arms.get(regime.HEADROOM_BASE)
@@ -124,7 +163,7 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
                   "limit's difference minus REINFORCE++'s, in held-out pass rate):", ""]
         for key in sorted(regime.LIMITS & set(found.arms)):
             lead = rule.headroom(found.arms[key].difference, base.difference)
-            lines.append(f"- {regime.ARMS[key].label}: {lead:+.3f}")
+            lines.append(f"- {results.suite.table[key].label}: {lead:+.3f}")
     finals = {key: np.array([r.pass_rate[-1] for r in results.runs(key)]) for key in found.arms}
     pairs = [(a, b) for a, b in CONTRASTS if a in finals and b in finals]
     if pairs:
@@ -150,6 +189,38 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
                           "No-revisit regime: held-out pass rate (95% bands over seeds)", target)
     lines += ["", f"![curves]({figure.name})", ""]
     return lines
+
+
+def _counted_is_start(results: SuiteResults) -> bool:
+    settings = results.suite.settings
+    return prior_rollouts(results) >= settings.steps * settings.budget
+
+
+def priors_lines(results: SuiteResults, found: regime.InstrumentSummary) -> list[str]:
+    """The report's priors section: the informative contrast first (each priors arm minus its twin, training
+    rollouts only), then what the counted figure is."""
+    contrasts = found.notes.get("priors_minus_twin", {})
+    if not contrasts:
+        return []
+    settings, table = results.suite.settings, results.suite.table
+    times = prior_rollouts(results) / (settings.steps * settings.budget)
+    lines = ["## What the priors bought", "",
+             "Each priors arm minus its twin without priors, final held-out pass rate, training rollouts only, "
+             "paired by seed (95% paired bootstrap):", ""]
+    for key, contrast in contrasts.items():
+        value, low, high = contrast["training_only_minus_twin"]
+        lines.append(f"- {table[key].label} minus {table[contrast['twin']].label}: "
+                     f"{format_interval(stats.Interval(value, low, high), signed=True)}")
+    lines += ["", f"The priors are {prior_rollouts(results):,} rollouts ({settings.prior_samples} a pool prompt), "
+              f"{times:.1f}x a whole run's training rollouts. They are a one-off cost: a user generates them once "
+              "for a dataset and an initial policy and reuses them across runs, so their price per run falls with "
+              "each run that reuses them."]
+    if _counted_is_start(results):
+        lines += ["", "Counted in the budget, as the rule judges them, a priors arm has not trained at all by the "
+                  "reference's final rollouts: its counted final is each seed's start value, the same number for "
+                  "every priors arm. That counted difference to GRPO n=8 (in the table below) is arithmetic, not a "
+                  "measurement of the priors."]
+    return [*lines, ""]
 
 
 def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
@@ -185,8 +256,10 @@ def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
         f"- **Priors**: {settings.prior_samples} scores a pool prompt from the initial policy = "
         f"{notes['prior_rollouts']:,} rollouts, {notes['prior_rollouts'] / (settings.steps * settings.budget):.1f}x "
         "a whole run's training rollouts.",
-        f"- **Limits**: p estimated from {settings.oracle_samples} extra responses a prompt, not counted as "
-        "rollouts; the Knapsack allocation gives a prompt 0 or 2-16 rollouts.", "",
+        f"- **Limits**: not an oracle: p^ is a {settings.oracle_samples}-sample estimate of the current policy's p "
+        f"({settings.oracle_samples} extra responses a prompt at T = 1, not counted as rollouts). The Knapsack "
+        "allocation gives a prompt 0 or 2-16 rollouts, and 0 to every prompt whose samples all agree (p^ = 0 or 1), "
+        "so both limits understate what the true p would give.", "",
     ]
     spo = notes["spo1_vs_rpp1"]
     if spo.get("checked"):
@@ -196,7 +269,15 @@ def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
                   f"differs, by seed: {spo['first_differing_step']}. Final held-out pass rate, SPO minus REINFORCE++ "
                   f"(paired): {value:+.3f} [{low:+.3f}, {high:+.3f}].", ""]
     if pending:
-        lines += [f"**Not finished yet**: {', '.join(pending)}.", ""]
+        lines += ["**Not in the tables** (the summary's notes say the same):", ""]
+        for key in pending:
+            why = next((notes[kind][key] for kind in ("unavailable", "not_run", "unfinished") if key in notes[kind]),
+                       "no finished runs")
+            lines.append(f"- {results.suite.table[key].label}: {why}")
+        lines.append("")
+    if notes["failed_runs"]:
+        lines += [f"**Failed runs** ({len(notes['failed_runs'])}, tried again by the next run of the command): "
+                  + "; ".join(f"{name}: {error}" for name, error in notes["failed_runs"].items()), ""]
     lines += report_lines(results, found, path)
     path.write_text("\n".join(lines) + "\n")
     return path

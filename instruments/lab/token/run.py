@@ -30,7 +30,7 @@ from instruments.lab.token.arms import TokenArm
 from instruments.lab.token.pool import PromptOrder, sampled_prompts, training_pool
 
 SIGNAL_THRESHOLD = 1e-6  # a row "has signal" when |A| exceeds this
-KNAPSACK_LOW, KNAPSACK_HIGH = 2, 16  # rollouts a prompt under the oracle allocation: 0 or 2..16 (addendum)
+KNAPSACK_LOW, KNAPSACK_HIGH = 2, 16  # rollouts a prompt under the limits' allocation: 0 or 2..16 (addendum)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ class LabSettings:
     task: str = "demo"  # instruments/demo/task.TASKS; "wide" for the no-revisit regime
     clusters: str = "family"  # each prompt's cluster: its family, or the package's codebook of the pool ("codebook")
     num_clusters: int = 5  # K of the codebook (the families: 5)
-    oracle_samples: int = 8  # extra responses a prompt that estimate p for the oracle arms (not rollouts)
+    # extra responses a prompt that estimate p for the limits (not rollouts): an m-sample estimate, not the true p
+    oracle_samples: int = 8
     prior_samples: int = 8  # offline prior scores a pool prompt (SPO's offline_N)
 
     def eval_steps(self) -> list[int]:
@@ -121,9 +122,12 @@ def pool_of(settings: LabSettings, val: list[Problem]) -> list[Problem]:
     return training_pool(settings.pool_size, settings.model_seed, {p.question for p in val}, task=settings.task)
 
 
-def true_success(model, tokenizer, problems: list[Problem], settings: LabSettings, seed: int, step: int) -> np.ndarray:
-    """The oracle's p of each prompt: the share of ``oracle_samples`` extra responses that pass, drawn under a seed
-    of their own (they do not move the run's training stream, and no rollout is spent on them)."""
+def estimated_success(model, tokenizer, problems: list[Problem], settings: LabSettings, seed: int,
+                      step: int) -> np.ndarray:  # fmt: skip
+    """The limits' p^ of each prompt: the share of ``oracle_samples`` (m = 8) extra responses that pass, drawn under
+    a seed of their own (they do not move the run's training stream, and no rollout is spent on them). An m-sample
+    estimate of the current policy's p, not p: at m = 8 a prompt whose samples all agree gets p^ = 0 or 1, and the
+    Knapsack allocation gives it no rollout, so both limits understate what a true p would give."""
     m = settings.oracle_samples
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(oracle_seed(seed, step))
@@ -144,7 +148,8 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
     clusters = assets.load_clusters(settings, cache, pool)
     order, sampler_rng = PromptOrder(len(pool), seed), np.random.default_rng([seed, 1])
     priors = str(assets.priors_path(settings, cache)) if arm.priors else None
-    advantages = TokenAdvantages(arm, settings.num_clusters, priors)
+    pool_clusters = dict(zip(keys.tolist(), clusters.tolist(), strict=True))  # what a trainer reads from its files
+    advantages = TokenAdvantages(arm, settings.num_clusters, priors, pool_clusters)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
     k, n = arm.prompts_per_step(settings.budget), arm.n
     eval_at = set(settings.eval_steps())
@@ -167,12 +172,12 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
     for step in range(1, settings.steps + 1):
         tic = time.perf_counter()
         chosen = sampled_prompts(advantages.algorithm, keys, clusters, k, sampler_rng) if arm.sampler else order.take(k)
-        p_true = (true_success(model, tokenizer, [pool[i] for i in chosen], settings, seed, step)
-                  if arm.oracle else None)
+        p_hat = (estimated_success(model, tokenizer, [pool[i] for i in chosen], settings, seed, step)
+                 if arm.oracle else None)
         sizes = np.full(len(chosen), n)
         if arm.oracle == "allocation":
-            sizes = knapsack_allocation(p_true, settings.budget, KNAPSACK_LOW, KNAPSACK_HIGH)
-            chosen, p_true, sizes = chosen[sizes > 0], p_true[sizes > 0], sizes[sizes > 0]
+            sizes = knapsack_allocation(p_hat, settings.budget, KNAPSACK_LOW, KNAPSACK_HIGH)
+            chosen, p_hat, sizes = chosen[sizes > 0], p_hat[sizes > 0], sizes[sizes > 0]
             # a group of N_i rows is its prompt repeated N_i times, each sampled once (groups differ in size)
             repeated = [pool[i] for i, size in zip(chosen, sizes, strict=True) for _ in range(size)]
             rollouts = sample(model, tokenizer, repeated, 1, settings.max_new_tokens)
@@ -182,7 +187,7 @@ def run(settings: LabSettings, arm: TokenArm, seed: int, lr: float, cache: str,
         uids = np.repeat(np.array([f"{step}:{j}" for j in range(len(chosen))], dtype=object), sizes)
         toc = time.perf_counter()
         if arm.oracle == "baseline":
-            adv = oracle_baseline(rollouts.scores, rollouts.response_mask, np.repeat(p_true, sizes))
+            adv = oracle_baseline(rollouts.scores, rollouts.response_mask, np.repeat(p_hat, sizes))
         else:
             adv = advantages(rollouts.scores, rollouts.response_mask, uids, clusters[rows], keys[rows])
         record.advantage_seconds += time.perf_counter() - toc

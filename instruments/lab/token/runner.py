@@ -59,6 +59,7 @@ class SuiteResults:
 def run_suite(suite: Suite, out: Path, jobs: int = 1, lr_sweep: str | None = None,
               log: Callable[[str], None] = print) -> SuiteResults:
     """Run what is not finished yet; returns everything the folder then holds. ``lr_sweep``: "best" or a key."""
+    suite.check()  # before the folder is claimed: refused settings leave nothing behind
     store = Store(out)
     store.open(suite.name, suite.settings)
     results = collect(suite, out)

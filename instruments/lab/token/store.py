@@ -72,12 +72,15 @@ class Store:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def load(self, arm: TokenArm, seed: int, lr: float) -> RunRecord | None:
-        """The finished run, or None; raises SettingsMismatch if the file was made by another arm of that key."""
+        """The finished run, or None (also for a run of an earlier revision of the arm, which is run again and
+        overwritten); raises SettingsMismatch if the file was made by another arm of that key."""
         path = self.runs / run_name(arm.key, seed, lr)
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        if data["arm"] != arm.describe():
+        if arm.supersedes(data["arm"]):
+            return None
+        if _unlabelled(data["arm"]) != _unlabelled(arm.describe()):
             raise SettingsMismatch(f"{path} was made by arm {data['arm']}, not {arm.describe()}: the arm's "
                                    "definition changed; give the changed arm a new key, or delete the file")
         return RunRecord.from_dict(data["record"])
@@ -97,6 +100,11 @@ class Store:
         if not self.failed.is_dir():
             return {}
         return {p.name: json.loads(p.read_text())["error"] for p in sorted(self.failed.glob("*.json"))}
+
+
+def _unlabelled(described: dict[str, Any]) -> dict[str, Any]:
+    """An arm's description without its label: a label names the runs, it does not make them."""
+    return {key: value for key, value in described.items() if key != "label"}
 
 
 def _differences(found: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> dict[str, tuple[Any, Any]]:

@@ -60,6 +60,29 @@ class Suite:
     def table(self) -> dict[str, TokenArm]:
         return ARM_TABLES[self.catalog]
 
+    @property
+    def no_revisit(self) -> bool:
+        """The regime's suites promise that no prompt is drawn twice (docs/regime.md)."""
+        return self.catalog == "regime"
+
+    def check(self) -> None:
+        """Raises ValueError, before any run starts, for settings its arms cannot use; a no-revisit suite whose pool
+        is smaller than steps x the most prompts an arm takes a step (a prompt would come back) is refused."""
+        arms = [self.table[key] for key in self.arms]
+        self.settings.check(arms)
+        if not self.no_revisit or not arms:
+            return
+        settings = self.settings
+        widest = max(arms, key=lambda arm: arm.prompts_per_step(settings.budget))
+        most = widest.prompts_per_step(settings.budget)
+        if settings.pool_size < settings.steps * most:
+            raise ValueError(
+                f"suite {self.name}: {widest.label} draws {most} prompts a step, {settings.steps} steps x {most} = "
+                f"{settings.steps * most} prompts, but the pool holds {settings.pool_size}: a prompt would come back "
+                f"in a no-revisit suite. Raise pool_size to at least {settings.steps * most}, or lower steps to "
+                f"{settings.pool_size // most}."
+            )
+
 
 def load_frozen(path: Path = FROZEN) -> dict[str, Any]:
     """The settings frozen by the selection (``lr``, ``steps`` and how they were chosen)."""
