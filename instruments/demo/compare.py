@@ -22,16 +22,19 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from instruments.demo import report
+from instruments.demo import reward as demo_reward
 from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
 from instruments.machine import describe_cpu
 
@@ -321,6 +324,27 @@ def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
             "draws": float(visits.sum())}
 
 
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def code_commit() -> str:
+    """The checkout's commit, marked ``+dirty`` where tracked files differ from it ("unknown" outside git)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+# verl's dynamic sampling (algorithm.filter_groups) logs what it drew beyond the batch: kept with the result, so that
+# its arm is judged at the rollouts it generated (docs/regime.md, the pretrained-LM comparison)
+FILTER_GROUPS_PREFIX = "training/filter_groups/"
+
+
 def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall_s: float,
               rollout_dir: Path | None = None) -> dict:
     """What the tables and plots need from one run, small enough to keep forever."""
@@ -340,7 +364,18 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
         "wall_s": wall_s,
         "cpu": describe_cpu(),  # a comparison that resumes on another machine has runs from several kinds of CPU
         **visits,
+        **filter_groups_of(record.metrics),
     }
+
+
+def filter_groups_of(metrics: pd.DataFrame) -> dict:
+    """Per step, what verl's dynamic sampling logged (``training/filter_groups/*``); nothing for other runs."""
+    columns = [c for c in metrics.columns if c.startswith(FILTER_GROUPS_PREFIX)]
+    if not columns:
+        return {}
+    steps = report.training_steps(metrics)[columns]
+    return {"filter_groups": {c[len(FILTER_GROUPS_PREFIX):]: {str(int(step)): float(v) for step, v in
+                                                               steps[c].dropna().items()} for c in columns}}
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -353,16 +388,20 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
     follower.start()
     started = time.time()
+    started_utc = utc_now()
     try:
         run_method(s, spec.estimator, prepared, folder, n=spec.n, batch=spec.batch, seed=spec.seed,
                    extra=run_overrides(spec, prepared.priors))
     finally:
         stop.set()
         follower.join()
-    record = report.read_run(spec.estimator, folder, prepared.question_family)
+    in_format = demo_reward.is_bare_number if s.pretrained else demo_reward.in_answer_format
+    record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=in_format)
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))
     result = result_of(spec, key, record, time.time() - started, folder / "rollouts")
+    # when, and from which code: a comparison spans sessions and machines (issue 38)
+    result |= {"started_utc": started_utc, "ended_utc": utc_now(), "commit": code_commit()}
     if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
         result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)

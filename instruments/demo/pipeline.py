@@ -160,12 +160,14 @@ def prepare_pretrained(s: DemoSettings) -> Path:
     return path
 
 
-def model_overrides(s: DemoSettings) -> list[str]:
+def model_overrides(s: DemoSettings, rollouts_per_step: int | None = None) -> list[str]:
     """What a pretrained model changes in cpu_tiny.yaml (sized for the tiny model): its response length, one dtype
-    for the actor's compute and the rollout, the rollout's log-probs as the old ones, larger micro-batches."""
+    for the actor's compute and the rollout, the rollout's log-probs as the old ones, micro-batches of up to 16
+    (that divide the step's rollouts, as verl requires)."""
     if not s.pretrained:
         return []
     bf16 = s.compute_dtype() == "bf16"
+    micro = math.gcd(16, rollouts_per_step or s.batch * s.n)
     return [
         f"data.max_response_length={s.response_length}",
         f"actor_rollout_ref.rollout.dtype={'bfloat16' if bf16 else 'float32'}",
@@ -173,8 +175,8 @@ def model_overrides(s: DemoSettings) -> list[str]:
         # on-policy with one update a step, verl's bypass mode takes the rollout's log-probs as the old policy's:
         # it saves the actor's recomputation, a quarter of a step (shared/reference/smollm2_on_verl_cpu.md)
         "algorithm.rollout_correction.bypass_mode=true",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
     ]
 
 
@@ -308,7 +310,7 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         *demo_reward.verl_overrides(last_number_answers=s.pretrained),
-        *model_overrides(s),
+        *model_overrides(s, n * batch),
         f"trainer.total_training_steps={steps}",
         f"trainer.experiment_name={method}",
         f"trainer.default_local_dir={run_dir / 'checkpoints'}",

@@ -183,6 +183,13 @@ def test_visits_are_counted_in_the_rollout_dump_and_kept_with_the_result(tmp_pat
     assert result["visits"] == {"max": 1.0, "mean": 1.0, "prompts": 8.0, "draws": 8.0}
     assert passed == [(f"++algorithm.spo.offline_values={prepared.priors}",)]
     assert result["priors_sha256"] == compare.file_sha256(prepared.priors)
+    # when and from which code (a comparison spans sessions and machines): UTC times in order, the checkout's commit
+    from datetime import datetime
+
+    assert datetime.fromisoformat(result["started_utc"]) <= datetime.fromisoformat(result["ended_utc"])
+    assert result["started_utc"].endswith("+00:00") and result["commit"].split("+")[0] == compare.code_commit(
+        ).split("+")[0] and len(result["commit"].split("+")[0]) == 40
+    assert "filter_groups" not in result  # dynamic sampling's counts are kept only for runs that logged them
     # _fake_run.ROLLOUTS: "Add 1 and 1." twice at step 1 (two uids) and once at step 2, "Add 2 and 5." at both steps
     monkeypatch.setattr(compare, "run_method", lambda *a, **k: fake(*a, **k))
     result = compare.run_one(s, prepared, tmp_path / "out", compare.grid([("grpo", 2)], 4, [0])[0], key)

@@ -101,3 +101,12 @@ def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_fl
     monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--model", "tiny", "--warmup-steps", "10"])
     script.main()
     assert seen["s"].model == "tiny" and seen["s"].warmup_steps == 10 and seen["s"].lr == 1e-4
+
+
+def test_dynamic_sampling_s_draws_are_kept_per_step_with_the_result() -> None:
+    import pandas as pd
+
+    metrics = pd.DataFrame({"training/filter_groups/evicted_samples": [12.0, 16.0], "timing_s/step": [30.0, 31.0]},
+                           index=pd.Index([1, 2], name="step"))
+    assert compare.filter_groups_of(metrics) == {"filter_groups": {"evicted_samples": {"1": 12.0, "2": 16.0}}}
+    assert compare.filter_groups_of(metrics.drop(columns="training/filter_groups/evicted_samples")) == {}

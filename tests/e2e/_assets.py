@@ -76,7 +76,7 @@ def pretrained_overrides(work: Path, num_clusters: int = 1) -> tuple[str, ...]:
     """SmolLM2-135M-Instruct (the user's cache, converted once) on the demo's task with the pretrained demo's
     instruction and last-number reward, a codebook of ``num_clusters``: the demo's own path (pipeline.model_overrides
     at fp32, which every CPU runs fast) with the actor's old log-probs recomputed, so that verl compares the rollout's
-    probabilities with the actor's (bypass mode would skip that comparison)."""
+    probabilities with the actor's (bypass mode would skip that comparison), and cpu_tiny's micro-batches."""
     from instruments.demo import pretrained
     from instruments.demo import reward as demo_reward
     from instruments.demo.pipeline import PRETRAINED_INSTRUCTION, DemoSettings, model_overrides
@@ -86,7 +86,10 @@ def pretrained_overrides(work: Path, num_clusters: int = 1) -> tuple[str, ...]:
     codebook, _ = _codebook(task, work / f"clusters_pretrained_k{num_clusters}", num_clusters)
     model = pretrained.prepare_smollm2()
     settings = DemoSettings(work_dir=work, model=pretrained.SMOLLM2, dtype="fp32", response_length=32)
-    kept = [o for o in model_overrides(settings) if not o.startswith("algorithm.rollout_correction.bypass_mode")]
+    # cpu_tiny's micro-batches of 8 (the demo's 16 do not divide this run's 8 rollouts a step)
+    left_out = ("algorithm.rollout_correction.bypass_mode", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
+    kept = [o for o in model_overrides(settings) if not o.startswith(left_out)]
     return ("algorithm.adv_estimator=bv_blend", f"actor_rollout_ref.model.path={model}",
             "actor_rollout_ref.actor.optim.lr=1e-4",  # a visible step for a pretrained model
             *codebook, *kept, *demo_reward.verl_overrides(last_number_answers=True))
