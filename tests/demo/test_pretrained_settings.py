@@ -110,3 +110,24 @@ def test_dynamic_sampling_s_draws_are_kept_per_step_with_the_result() -> None:
                            index=pd.Index([1, 2], name="step"))
     assert compare.filter_groups_of(metrics) == {"filter_groups": {"evicted_samples": {"1": 12.0, "2": 16.0}}}
     assert compare.filter_groups_of(metrics.drop(columns="training/filter_groups/evicted_samples")) == {}
+
+
+def test_the_settings_sweep_is_grpo8_alone_on_selection_seeds_and_chooses_by_the_committed_rules(tmp_path) -> None:
+    sweep = load_script("pretrained_settings")
+    command = sweep.sweep_command(tmp_path, 1e-5)
+    a = load_script("compare_cpu").parse_args(command[2:])
+    assert a.arm_sizes == [("grpo", 8)] and a.seeds == [100, 101] and a.pool == 64 * 40 and a.lr == 1e-5
+    assert (a.model, a.dtype, a.task, a.distinct_train, a.test_freq) == ("smollm2", "bf16", "wide", True, 5)
+    steps = list(range(0, 41, 5))
+    rising = {str(s): 0.1 + 0.01 * s for s in steps}  # still improving at 40
+    flat = {str(s): min(0.1 + 0.02 * s, 0.4) for s in steps}  # flat after step 15
+    curves = {5e-6: [rising, rising], 1e-5: [flat, flat], 2e-5: [flat, rising]}
+    chosen = sweep.choose(curves)
+    assert chosen["lr"] == 5e-6 and chosen["steps"] == 40  # 0.50 beats 0.40 and 0.45; still improving at 40
+    zeros = [{str(s): 0.0 for s in steps}] * 2
+    assert sweep.choose({5e-6: zeros, 1e-5: [flat, flat], 2e-5: zeros})["steps"] == 40  # never improving: the max
+    levels_at_20 = {str(s): min(0.1 + 0.02 * s, 0.5) for s in steps}
+    chosen = sweep.choose({5e-6: zeros, 1e-5: [levels_at_20] * 2, 2e-5: zeros})
+    assert chosen["lr"] == 1e-5 and chosen["steps"] == 20  # improving at 20 (step 20 over 15), flat by 40
+    with pytest.raises(ValueError, match="not finished"):
+        sweep.choose({5e-6: [rising]})
