@@ -101,6 +101,23 @@ def recommendation_lines(found: dict) -> list[str]:
                     f"{'resolved ahead' if margin.low > 0 else 'not resolved'}")
                 lines.append(f"- minus {label(key)}: {text}")
             lines += [""]
+        pairs = [(a, b) for i, a in enumerate(recommendation.qualified) for b in recommendation.qualified[i + 1:]]
+        if pairs:
+            judged_names = [name for name in names if name in judged]
+            lines += ["The qualified arms against each other in every judged instrument (paired t-interval of the "
+                      "first minus the second over the seeds both ran; judges nothing but the pick above):", "",
+                      "| first minus second | " + " | ".join(judged_names) + " |",
+                      "|---" * (len(judged_names) + 1) + "|"]
+            for a, b in pairs:
+                cells = []
+                for name in judged_names:
+                    arms = found[name].arms
+                    both = a in arms and b in arms
+                    margin = rule.leader_minus(arms[a].finals, arms[b].finals) if both else None
+                    cells.append("not run" if not both else "no per-seed finals" if margin is None
+                                 else stats.format_interval(margin, signed=True))
+                lines.append(f"| {label(a)} minus {label(b)} | " + " | ".join(cells) + " |")
+            lines += [""]
         if recommendation.resolved:
             why = ("the only qualified arm" if len(recommendation.qualified) == 1
                    else "resolved ahead of every other qualified arm")
