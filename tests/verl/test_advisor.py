@@ -217,3 +217,25 @@ def test_the_v1_trainer_advises_at_its_first_advantage_step(caplog):
     warnings = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert "BV-Blend (algorithm.bv_blend.history_level=prompt_and_cluster)" in warnings[0].getMessage()
+
+
+# ------------------------------------------------------------------------------- the recommended config (issue 37)
+def test_the_recommended_n2_config_is_the_measured_cluster_arm_and_is_not_warned_on(caplog):
+    """``--config-name paper/bv_blend_n2``, composed as verl's main_ppo composes it (verl's config module, ours found
+    through the search-path plugin): BV-Blend's cluster level, the arm every instrument measured at n = 2, and at the
+    paper's 45,000 prompts (0.71 visits per prompt) the start-time advisor has nothing to warn about. Its priors and
+    sampler variants keep the prompt_and_cluster level they were measured at."""
+    from bv_blend.paper.configs import compose_paper_config
+
+    config = compose_paper_config("bv_blend_n2")
+    assert config.algorithm.adv_estimator == "bv_blend"
+    assert config.algorithm.bv_blend.history_level == "cluster"
+    assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (64, 2)
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        advice = advisor.advise_trainer(SimpleNamespace(config=config, train_dataset=range(PAPER_PROMPTS)))
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert advice.level == "algorithm.bv_blend.history_level=cluster" and not advice.acts_per_prompt
+    assert advice.visits.visits_per_prompt == pytest.approx(64 * 500 / PAPER_PROMPTS)
+    assert compose_paper_config("bv_blend_n2_sampler").algorithm.bv_blend.history_level == "prompt_and_cluster"
+    priors = compose_paper_config("bv_blend_n2_priors", ["algorithm.bv_blend.prior_file=priors.json"])
+    assert priors.algorithm.bv_blend.history_level == "prompt_and_cluster"
