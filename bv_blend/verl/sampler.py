@@ -39,6 +39,7 @@ from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.options import config_get, section_options
 from bv_blend.verl.records import RECORDS, record_for
+from bv_blend.verl.training_data import dataset_columns
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class HistorySampler(torch.utils.data.Sampler[int]):
             process = runtime.process_for(str(algorithm.adv_estimator), algorithm)
             field = getattr(process.options, "prompt_key_field", None)
             cluster_key = getattr(process.options, "cluster_key", None)
-            prompts, infos = _columns(self.dataset)
+            prompts, infos = dataset_columns(self.dataset)
             self._keys = np.array([prompt_key(p, i, field) for p, i in zip(prompts, infos, strict=True)],
                                   dtype=object)  # fmt: skip
             if cluster_key is not None:
@@ -289,16 +290,6 @@ def restore_skipped_state(folder: str | None) -> bool:
         sampler.drawn_in_epoch = 0  # the epoch ended with the checkpoint: the loader starts the next one
     logger.info("history sampler: restored its state of %d draws from %s, which verl skipped", sampler.draws, path)
     return True
-
-
-def _columns(dataset: Any) -> tuple[list[Any], list[Any]]:
-    frame = getattr(dataset, "dataframe", None)
-    column = getattr(dataset, "prompt_key", "prompt")
-    if frame is not None and column in getattr(frame, "column_names", ()):
-        infos = frame["extra_info"] if "extra_info" in frame.column_names else [None] * len(frame)
-        return list(frame[column]), list(infos)
-    items = [dataset[i] for i in range(len(dataset))]
-    return [item.get("raw_prompt") for item in items], [item.get("extra_info") for item in items]
 
 
 __all__ = ["SECTION", "HistorySampler", "SamplerOptions", "check_run", "create_rl_sampler", "restore_skipped_state",
