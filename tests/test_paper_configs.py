@@ -118,8 +118,8 @@ def test_reward_function_loads_through_verls_loader(composed):
 
     fn_cfg = composed[MAIN_CONFIG].reward.custom_reward_function
     fn = load_extern_object(fn_cfg.path, fn_cfg.name)
-    assert fn("openr1", "so the answer is \\boxed{4}", "4") == 1.0
-    assert fn("openr1", "so the answer is \\boxed{5}", "4") == 0.0
+    assert fn("openr1", "so the answer is \\boxed{4}", "4")["score"] == 1.0
+    assert fn("openr1", "so the answer is \\boxed{5}", "4")["score"] == 0.0
 
 
 def test_lr_schedule_is_linear_warmup_then_cosine_with_verls_scheduler(composed):
