@@ -11,11 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build_wheel(work: Path) -> Path:
-    """The wheel built in ``work`` (which gets the source copy in ``work/source`` and the wheel in ``work/dist``)."""
-    source, out = work / "source", work / "dist"
+def copy_checkout(work: Path) -> Path:
+    """``work/source``: a copy of the checkout's files (tracked and new, not ignored; symlinks kept), as a clone has
+    them, so that a build leaves nothing in the checkout."""
+    source = work / "source"
     source.mkdir(parents=True)
-    out.mkdir()
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
         check=True,
@@ -26,6 +26,13 @@ def build_wheel(work: Path) -> Path:
                 archive.add(ROOT / name, arcname=name, recursive=False)
     with tarfile.open(work / "files.tar") as archive:
         archive.extractall(source, filter="tar")
+    return source
+
+
+def build_wheel(work: Path) -> Path:
+    """The wheel built in ``work`` (which gets the source copy in ``work/source`` and the wheel in ``work/dist``)."""
+    source, out = copy_checkout(work), work / "dist"
+    out.mkdir()
     build = "from setuptools import build_meta; print(build_meta.build_wheel(__import__('sys').argv[1]))"
     subprocess.run([sys.executable, "-c", build, str(out)], cwd=source, capture_output=True, check=True)
     (wheel,) = out.glob("*.whl")

@@ -300,7 +300,8 @@ def test_evaluate_script_table_and_to_verl(tmp_path, capsys):
     rows = pd.read_parquet(out).to_dict("records")
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["\\frac{1}{2}", "9"]
     assert rows[0]["prompt"][0]["role"] == "user" and "\\boxed{}" in rows[0]["prompt"][0]["content"]
-    assert compute_score(rows[1]["data_source"], "so \\boxed{9}", rows[1]["reward_model"]["ground_truth"]) == 1.0
+    truth = rows[1]["reward_model"]["ground_truth"]
+    assert compute_score(rows[1]["data_source"], "so \\boxed{9}", truth)["score"] == 1.0
     gpqa = _write(tmp_path, "gpqa", CANNED_ROWS["gpqa_diamond"], "jsonl")
     capsys.readouterr()
     assert script.main(["to-verl", "--bench", f"gpqa_diamond={gpqa}", "--out", str(out)]) == 2

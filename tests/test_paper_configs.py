@@ -118,8 +118,8 @@ def test_reward_function_loads_through_verls_loader(composed):
 
     fn_cfg = composed[MAIN_CONFIG].reward.custom_reward_function
     fn = load_extern_object(fn_cfg.path, fn_cfg.name)
-    assert fn("openr1", "so the answer is \\boxed{4}", "4") == 1.0
-    assert fn("openr1", "so the answer is \\boxed{5}", "4") == 0.0
+    assert fn("openr1", "so the answer is \\boxed{4}", "4")["score"] == 1.0
+    assert fn("openr1", "so the answer is \\boxed{5}", "4")["score"] == 0.0
 
 
 def test_lr_schedule_is_linear_warmup_then_cosine_with_verls_scheduler(composed):
@@ -212,5 +212,6 @@ def test_each_paper_config_says_what_it_reduces_to_at_the_papers_scale(capsys):
     assert rows["paper/qwen25_math_7b"][4:6] == ["0.18", "0.00"]
     assert "the cluster level (the codebook)" in rows["paper/qwen25_math_7b"][6]
     assert rows["paper/spo"][4:6] == ["1.42", "0.30"]
-    assert rows["paper/bv_blend_n2"][4:6] == ["0.71", "0.00"] and "never has a history" in rows["paper/bv_blend_n2"][6]
+    assert rows["paper/bv_blend_n2"][4:6] == ["0.71", "0.00"]  # the cluster level: the measured arm (issue 37)
+    assert "the cluster level (the codebook), as configured" in rows["paper/bv_blend_n2"][6]
     assert rows["paper/bv_blend_n2_priors"][5] == "1.00"

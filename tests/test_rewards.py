@@ -13,7 +13,16 @@ import torch
 from omegaconf import OmegaConf
 
 from bv_blend.paper import rewards
-from bv_blend.paper.rewards import VerifierPool, answer_parses, compute_score, get_pool, verify_answer
+from bv_blend.paper.rewards import (
+    Verdict,
+    VerifierCrash,
+    VerifierPool,
+    answer_parses,
+    check_answer,
+    compute_score,
+    get_pool,
+    verify_answer,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402
@@ -56,13 +65,13 @@ NOT_EQUIVALENT = [
 @pytest.mark.parametrize(("prediction", "ground_truth"), EQUIVALENT)
 def test_equivalent_answers_verify(prediction, ground_truth):
     assert verify_answer(prediction, ground_truth) is True
-    assert compute_score("open-r1/OpenR1-Math-220k", prediction, ground_truth) == 1.0
+    assert compute_score("open-r1/OpenR1-Math-220k", prediction, ground_truth)["score"] == 1.0
 
 
 @pytest.mark.parametrize(("prediction", "ground_truth"), NOT_EQUIVALENT)
 def test_non_equivalent_or_malformed_answers_do_not_verify(prediction, ground_truth):
     assert verify_answer(prediction, ground_truth) is False
-    assert compute_score("open-r1/OpenR1-Math-220k", prediction, ground_truth) == 0.0
+    assert compute_score("open-r1/OpenR1-Math-220k", prediction, ground_truth)["score"] == 0.0
 
 
 def test_a_hanging_answer_scores_zero_within_the_timeout():
@@ -124,7 +133,7 @@ def test_answer_parses_rejects_malformed_reference_answers(answer, ok):
 
 def test_compute_score_reads_the_timeout_from_extra_info():
     start = time.perf_counter()
-    assert compute_score("x", HANGING, "1", extra_info={"math_verify_timeout_s": 1.5}) == 0.0
+    assert compute_score("x", HANGING, "1", extra_info={"math_verify_timeout_s": 1.5})["score"] == 0.0
     assert time.perf_counter() - start < 1.5 + 2.0
 
 
@@ -139,8 +148,8 @@ def test_verl_loads_compute_score_as_a_custom_reward_function(path_form):
         {"reward": {"custom_reward_function": {"path": path, "name": "compute_score", "reward_kwargs": {}}}}
     )
     fn = get_custom_reward_fn(config)
-    assert fn(data_source="d", solution_str=r"\boxed{\frac{2}{4}}", ground_truth="0.5", extra_info={}) == 1.0
-    assert fn(data_source="d", solution_str=r"\boxed{3}", ground_truth="0.5", extra_info={}) == 0.0
+    assert fn(data_source="d", solution_str=r"\boxed{\frac{2}{4}}", ground_truth="0.5", extra_info={})["score"] == 1.0
+    assert fn(data_source="d", solution_str=r"\boxed{3}", ground_truth="0.5", extra_info={})["score"] == 0.0
 
 
 def test_verl_naive_reward_manager_scores_decoded_responses(tmp_path):
@@ -151,7 +160,7 @@ def test_verl_naive_reward_manager_scores_decoded_responses(tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir(tmp_path / "tok")))
     manager = NaiveRewardManager(OmegaConf.create({}), tokenizer, compute_score)
-    scores = []
+    scores, extras = [], []
     for response, truth in [(r"Thus \boxed{1/2}.", "0.5"), (r"Thus \boxed{2}.", "0.5")]:
         ids = tokenizer(response, add_special_tokens=False)["input_ids"]
         prompt = tokenizer("Q:", add_special_tokens=False)["input_ids"]
@@ -167,5 +176,53 @@ def test_verl_naive_reward_manager_scores_decoded_responses(tmp_path):
                 "extra_info": np.array([{}], dtype=object),
             },
         )
-        scores.append(manager.loop.run_until_complete(manager.run_single(data))["reward_score"])
+        result = manager.loop.run_until_complete(manager.run_single(data))
+        scores.append(result["reward_score"])
+        extras.append(result["reward_extra_info"])
     assert scores == [1.0, 0.0]
+    # every key of the returned dict rides in verl's reward_extra_info (acc as verl sets it for a float reward)
+    assert extras == [{"score": 1.0, "acc": 1.0, "verifier_failure": 0.0},
+                      {"score": 0.0, "acc": 0.0, "verifier_failure": 0.0}]  # fmt: skip
+
+
+# ------------------------------------------------------------------------ verifier failures (issue 37, point 4)
+def test_a_verifier_timeout_scores_zero_and_is_counted():
+    """math-verify's own timeout (its 1 s alarm) and the hard deadline's kill are verifier failures: score 0 with
+    verifier_failure 1. A wrong or unparsable answer is not a failure of the verifier."""
+    timed_out = compute_score("x", HANGING, "1", extra_info={"math_verify_timeout_s": 1.5})
+    assert timed_out == {"score": 0.0, "acc": 0.0, "verifier_failure": 1.0}
+    assert check_answer(HANGING, "1", timeout_s=0.5) == Verdict(False, failure=True)  # killed past the deadline
+    for prediction, truth in [(r"\boxed{3}", "4"), ("I do not know.", "7"), (r"\boxed{\frac{1}{", "1/2")]:
+        assert compute_score("x", prediction, truth)["verifier_failure"] == 0.0
+    assert compute_score("x", r"\boxed{1/2}", "0.5") == {"score": 1.0, "acc": 1.0, "verifier_failure": 0.0}
+
+
+def test_a_programming_error_in_a_check_is_raised_not_scored_zero():
+    """An exception math-verify did not raise on an answer (here a malformed request: TypeError in our worker's own
+    call; an unknown operation: KeyError) reaches the caller with the worker's traceback; the pool still answers."""
+    pool = get_pool()
+    with pytest.raises(VerifierCrash, match=r"raised TypeError: .*missing 1 required positional argument"):
+        pool._run(["verify", r"\boxed{1}", "1"], 30.0)
+    with pytest.raises(VerifierCrash, match=r"raised KeyError"):
+        pool._run(["simplify", "1"], 30.0)
+    assert verify_answer(r"\boxed{1/2}", "0.5") is True
+
+
+def test_verls_legacy_step_metrics_count_the_verifier_failures():
+    """verl's legacy fit puts reward_extra_info into the batch's non_tensor_batch; verl's own compute_data_metrics
+    (patched by the plugin) sums verifier_failure into reward/verifier_failures, for any estimator."""
+    from verl.trainer.ppo import ray_trainer
+
+    from tests.verl._companion_helpers import group_batch
+
+    data = group_batch([[1, 0], [0, 0]], prefix="r", seed=0)
+    data = ray_trainer.compute_advantage(data, adv_estimator="grpo", num_repeat=2)
+    mask = data.batch["response_mask"]
+    data.batch["responses"] = torch.ones_like(mask)
+    data.batch["prompts"] = torch.ones_like(mask)
+    data.batch["attention_mask"] = torch.cat([torch.ones_like(mask), mask], dim=1)
+    data.non_tensor_batch["verifier_failure"] = np.array([1.0, 0.0, 1.0, 0.0], dtype=object)
+    metrics = ray_trainer.compute_data_metrics(batch=data, use_critic=False)
+    assert metrics["reward/verifier_failures"] == 2.0
+    del data.non_tensor_batch["verifier_failure"]  # another reward: no such metric
+    assert "reward/verifier_failures" not in ray_trainer.compute_data_metrics(batch=data, use_critic=False)

@@ -85,15 +85,20 @@ class Visits:
 
 
 def plan_visits(prompts: int, batch_size: int, steps: int, history_sampler: bool = False,
-                priors: bool = False) -> Visits:  # fmt: skip
+                priors: float = 0.0) -> Visits:  # fmt: skip
     """The :class:`Visits` of a run: verl's epochs (:func:`epoch_history_share`) or the history sampler's
-    independent batches (:func:`independent_batches_history_share`); share 1 with priors."""
-    if priors:
-        share = 1.0
-    elif history_sampler:
+    independent batches (:func:`independent_batches_history_share`).
+
+    ``priors`` is the share c of the training prompts that a prior file covers (``True``: all of them). A covered
+    prompt has a history at every visit; the others only at their revisits, and they take (1 - c) of the draws, so
+    the share is c + (1 - c) share_without_priors.
+    """
+    coverage = min(max(float(priors), 0.0), 1.0)
+    if history_sampler:
         share = independent_batches_history_share(prompts, batch_size, steps)
     else:
         share = epoch_history_share(prompts, batch_size, steps)
+    share = coverage + (1.0 - coverage) * share
     return Visits(prompts, batch_size, steps, visits_per_prompt(prompts, batch_size, steps), share)
 
 

@@ -14,6 +14,14 @@ thread timeout. So every check runs in a small pool of spawned worker processes 
 math-verify's signal timeouts work again as a first line of defence), and a worker that passes
 the deadline is killed and replaced, so one pathological answer costs ``timeout_s`` and never hangs
 or starves the pool.
+
+Verifier failures are counted, not hidden: math-verify turns its own errors (a LaTeX or sympy failure on an
+answer) and its timeouts into "not verified" and logs them; each worker counts those log records, and a check past
+the hard deadline counts too. ``compute_score`` returns ``{"score", "acc", "verifier_failure"}``: verl's reward
+loop carries the extra keys in ``reward_extra_info`` (validation aggregates them into ``val-aux/<source>/
+verifier_failure/mean@N``; the training batch holds them, and the plugin's metrics hook sums them into
+``reward/verifier_failures``). An exception that does not come from math-verify (our own code's TypeError,
+AttributeError, NameError ...) is a programming error: it is raised in the caller, never scored 0.
 """
 
 from __future__ import annotations
@@ -28,9 +36,12 @@ import select
 import subprocess
 import sys
 import threading
-from typing import Any
+import traceback
+from typing import Any, NamedTuple
 
 DEFAULT_TIMEOUT_S = 5.0
+# The reward_extra_info key of a verifier failure (the trainer hooks sum it into a step metric).
+FAILURE_KEY = "verifier_failure"
 _STARTUP_TIMEOUT_S = 120.0  # importing math-verify + sympy in a fresh process; not part of a check's budget
 
 
@@ -63,26 +74,65 @@ def _parses_in_worker(answer: str, step_timeout: int) -> bool:
 
 
 _OPERATIONS = {"verify": _check_in_worker, "parses": _parses_in_worker}
+# What math-verify logs where it swallows a failure of its own (parser.py, grader.py): an exception (logged with
+# exc_info) or its signal timeout ("Timeout during parsing/comparison").
+_TIMEOUT_LOG = "Timeout during"
+
+
+class VerifierCrash(RuntimeError):
+    """A worker's operation raised an exception that math-verify did not handle: a programming error (ours, or an
+    API change), raised in the caller instead of scoring the answer 0."""
+
+
+class Verdict(NamedTuple):
+    """One check: whether the answer verified (or parsed), and whether math-verify failed on it (an error it
+    swallowed, or a timeout), which also reads as not verified. (A NamedTuple, not a dataclass: verl loads this
+    file by path under another module name, which dataclasses cannot resolve.)"""
+
+    ok: bool
+    failure: bool = False
+
+
+def _answer(request: list, failures: list) -> dict[str, Any]:
+    """The worker's reply to one request. math-verify's own failures (counted by the log handler into ``failures``,
+    or its timeout escaping) are verdicts; any other exception is a programming error, sent back with its traceback."""
+    from math_verify.errors import TimeoutException
+
+    failures.clear()
+    operation, *args = request
+    try:
+        result = bool(_OPERATIONS[operation](*args))
+    except TimeoutException:  # math-verify's alarm, outside its own handlers
+        return {"ok": False, "failure": True}
+    except Exception as error:
+        return {"error": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}
+    return {"ok": result, "failure": bool(failures)}
 
 
 def _worker_main() -> None:
-    """Worker loop on stdin/stdout: one JSON request per line, one JSON bool per line back."""
+    """Worker loop on stdin/stdout: one JSON request per line, one JSON reply per line back."""
     import logging
 
-    # math-verify logs every parse failure and timeout at warning level; a reward of 0 says it all.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    failures: list[logging.LogRecord] = []
+
+    class _CountFailures(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.exc_info or str(record.msg).startswith(_TIMEOUT_LOG):
+                failures.append(record)
+
+    # math-verify logs a swallowed error at debug (with the exception) and a timeout at warning: counted here,
+    # kept out of the worker's output (the reward's metric reports them).
+    verifier_log = logging.getLogger("math_verify")
+    verifier_log.setLevel(logging.DEBUG)
+    verifier_log.propagate = False
+    verifier_log.addHandler(_CountFailures())
     import math_verify  # noqa: F401  (import before signalling ready, so it does not count against a check)
 
     out = sys.stdout
     out.write("ready\n")
     out.flush()
     for line in sys.stdin:
-        operation, *args = json.loads(line)
-        try:
-            result = _OPERATIONS[operation](*args)
-        except Exception:  # any failure inside math-verify (malformed LaTeX, sympy errors) is "not verified"
-            result = False
-        out.write("true\n" if result else "false\n")
+        out.write(json.dumps(_answer(json.loads(line), failures)) + "\n")
         out.flush()
 
 
@@ -109,8 +159,8 @@ class _Worker:
         line = self.process.stdout.readline()
         return line.strip() if line else None
 
-    def ask(self, request: list, timeout_s: float) -> bool | None:
-        """The worker's verdict on ``[operation, *args]``, or None if it did not answer within ``timeout_s``."""
+    def ask(self, request: list, timeout_s: float) -> dict[str, Any] | None:
+        """The worker's reply to ``[operation, *args]``, or None if it did not answer within ``timeout_s``."""
         assert self.process.stdin is not None
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -118,7 +168,7 @@ class _Worker:
         except (BrokenPipeError, OSError):
             return None
         answer = self._readline(timeout_s)
-        return None if answer is None else answer == "true"
+        return None if answer is None else json.loads(answer)
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -172,23 +222,36 @@ class VerifierPool:
 
     def check(self, prediction: str, ground_truth: str, timeout_s: float) -> bool:
         """True iff math-verify verifies ``prediction`` against ``ground_truth`` within ``timeout_s``."""
+        return self.verdict(prediction, ground_truth, timeout_s).ok
+
+    def verdict(self, prediction: str, ground_truth: str, timeout_s: float) -> Verdict:
+        """:meth:`check`, with whether math-verify failed on the answer (an error it swallowed, or a timeout)."""
         # Each step (two parses, one verify) gets math-verify's own alarm of floor(timeout_s) whole seconds, so a
         # single runaway step usually ends without a kill; the hard deadline below bounds the total.
         return self._run(["verify", prediction, ground_truth, max(1, math.floor(timeout_s))], timeout_s)
 
     def parses(self, answer: str, timeout_s: float) -> bool:
         """True iff math-verify parses ``answer`` (bare or delimited) into a maths object within ``timeout_s``."""
-        return self._run(["parses", answer, max(1, math.floor(timeout_s))], timeout_s)
+        return self._run(["parses", answer, max(1, math.floor(timeout_s))], timeout_s).ok
 
-    def _run(self, request: list, timeout_s: float) -> bool:
+    def _run(self, request: list, timeout_s: float) -> Verdict:
+        """The worker's verdict on ``request``.
+
+        Raises:
+            VerifierCrash: the operation raised an exception math-verify did not handle (a programming error).
+        """
         worker = self._acquire()
-        verdict = worker.ask(request, timeout_s)
-        if verdict is None:  # past the deadline (or dead): kill it so it cannot hold a slot
+        reply = worker.ask(request, timeout_s)
+        if reply is None:  # past the deadline (or dead): kill it so it cannot hold a slot; a verifier failure
             self.killed += 1
             self._discard(worker)
-            return False
+            return Verdict(False, failure=True)
         self._idle.put(worker)
-        return verdict
+        if "error" in reply:
+            raise VerifierCrash(f"math-verify's check {request[0]!r} raised {reply['error']}: {reply['message']} "
+                                f"(not a failure of math-verify on the answer: a programming error, so it is not "
+                                f"scored 0). The worker's traceback:\n{reply['traceback']}")  # fmt: skip
+        return Verdict(bool(reply["ok"]), bool(reply["failure"]))
 
     def close(self) -> None:
         while True:
@@ -220,13 +283,22 @@ def verify_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT
     A malformed answer, or one whose check exceeds ``timeout_s`` seconds, is ``False``.
     Safe to call from any thread.
     """
+    return check_answer(prediction, ground_truth, timeout_s).ok
+
+
+def check_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+    """:func:`verify_answer`, with whether math-verify failed on the answer (an error it swallowed, a timeout).
+
+    Raises:
+        VerifierCrash: the check raised an exception math-verify did not handle (a programming error).
+    """
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
     if not isinstance(prediction, str) or not isinstance(ground_truth, str):
         raise TypeError("prediction and ground_truth must be strings")
     if not prediction.strip() or not ground_truth.strip():
-        return False
-    return get_pool().check(prediction, ground_truth, timeout_s)
+        return Verdict(False)
+    return get_pool().verdict(prediction, ground_truth, timeout_s)
 
 
 def answer_parses(answer: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
@@ -242,15 +314,22 @@ def compute_score(
     ground_truth: str,
     extra_info: dict | None = None,
     **kwargs: Any,
-) -> float:
-    """verl custom reward function: 1.0 if the response's final answer verifies, else 0.0 (no format reward).
+) -> dict[str, float]:
+    """verl custom reward function: score 1.0 if the response's final answer verifies, else 0.0 (no format reward).
 
     verl's reward loop calls ``compute_score(data_source=..., solution_str=..., ground_truth=...,
     extra_info=...)`` (plus reward-router keywords, ignored here). The timeout is
     ``extra_info["math_verify_timeout_s"]`` if given, else ``BV_BLEND_REWARD_TIMEOUT_S``, else 5 s.
+
+    Returns ``{"score", "acc", "verifier_failure"}``: verl takes ``score`` as the reward and carries the other keys
+    as ``reward_extra_info`` (every row has the same keys, as verl's agent loop requires). ``acc`` is what verl sets
+    for a float reward, kept so that DAPO's ``filter_groups.metric=acc`` still finds it; ``verifier_failure`` is 1.0
+    where math-verify failed on the answer (a parse or verify error it swallowed, or a timeout).
     """
     env_timeout = os.environ.get("BV_BLEND_REWARD_TIMEOUT_S", DEFAULT_TIMEOUT_S)
     timeout_s = float((extra_info or {}).get("math_verify_timeout_s") or env_timeout)
-    return 1.0 if verify_answer(solution_str, str(ground_truth), timeout_s=timeout_s) else 0.0
+    verdict = check_answer(solution_str, str(ground_truth), timeout_s=timeout_s)
+    score = 1.0 if verdict.ok else 0.0
+    return {"score": score, "acc": score, FAILURE_KEY: 1.0 if verdict.failure else 0.0}
 
 

@@ -1,14 +1,18 @@
 """The start-time advisor (issue 29): how many of a run's rows a per-prompt history will act on, from its sizes.
 
-From the trainer's config and its training set (N = ``len(trainer.train_dataset)``; ``data.train_batch_size``,
+From the trainer's config and its training set (N = ``len(trainer.train_dataset)``; the prompts a step draws, B:
+``data.train_batch_size``, or the legacy trainer's dataloader batch ``data.gen_batch_size`` where it is set;
 ``actor_rollout_ref.rollout.n``, ``trainer.total_training_steps`` / ``total_epochs``) it plans the run's visits
 (``bv_blend.history.visits``): the expected visits per prompt V, and the share of rows whose prompt has a history when
-it is visited (from an earlier visit, or from a prior). Both are step metrics (``advisor/visits_per_prompt``,
-``advisor/prompt_history_row_share``) of every run of an estimator that can keep a per-prompt history (its record's
-``inputs`` hold ``PROMPT_KEYS``). Where the run keeps one (its options' ``inputs()`` hold ``PROMPT_KEYS``: SPO,
-BV-Blend at ``history_level=prompt`` / ``prompt_and_cluster``) and the share is below :data:`WARN_BELOW`, it logs one
-warning with the numbers and the settings that would act. It is advice: nothing here raises, and a run whose sizes
-it cannot read is not advised (a debug log says why).
+it is visited (from an earlier visit, or from a prior: the prior file is read, and only the run's prompts it covers,
+keyed as the run keys them, count). With DAPO's dynamic sampling the counts are lower bounds, and the warning says
+so. Both are step metrics (``advisor/visits_per_prompt``, ``advisor/prompt_history_row_share``) of every run of an
+estimator that can keep a per-prompt history (its record's ``inputs`` hold ``PROMPT_KEYS``). Where the run keeps
+one (its options' ``inputs()`` hold ``PROMPT_KEYS``: SPO, BV-Blend at ``history_level=prompt`` /
+``prompt_and_cluster``) and the share is below :data:`WARN_BELOW`, it logs one warning with the numbers and the
+settings that would act; a prior file that covers none of the run's prompts is warned on at every level. It is
+advice: nothing here raises into the run; where the advisor itself fails, one warning names the error and the run
+goes on without advice.
 
 Where it runs: the legacy trainer has its training set once ``__init__`` returns (``hooks._checked_init``); verl's V1
 trainer builds it later, in ``init()``, so there the first advantage step advises (before its metrics are logged).
@@ -18,9 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bv_blend.history.priors import load_priors
 from bv_blend.history.visits import Visits, plan_visits, planned_steps
 from bv_blend.verl import runtime
 from bv_blend.verl.options import config_get, selected_record
@@ -53,6 +59,12 @@ class Advice:
         sampler: the history sampler draws the batches (else verl's epochs).
         level: ``algorithm.<section>.history_level=...`` where the estimator has that option, else ``""``.
         fixes: the settings that would give more rows a prompt history.
+        prior: ``algorithm.<section>.<option>=PATH`` where the run sets a prior file, else ``""``.
+        prior_covered: how many of the run's distinct prompts the prior file holds (``None``: not counted, the
+            planning script's case, which takes the file as covering every prompt).
+        distinct_prompts: the run's distinct prompt keys (where counted).
+        keyed_by: how the run keys its prompts (``extra_info[field]`` or the prompt text's hash).
+        lower_bound: DAPO's dynamic sampling is on: refill draws more prompts than the counts hold.
     """
 
     record: EstimatorRecord
@@ -62,12 +74,20 @@ class Advice:
     sampler: bool
     level: str = ""
     fixes: tuple[str, ...] = ()
+    prior: str = ""
+    prior_covered: int | None = None
+    distinct_prompts: int | None = None
+    keyed_by: str = ""
+    lower_bound: bool = False
 
     def metrics(self) -> dict[str, float]:
         return dict(zip(METRICS, (self.visits.visits_per_prompt, self.visits.history_row_share), strict=True))
 
     def warning(self) -> str | None:
-        """The one warning, where the run's per-prompt history would act on under :data:`WARN_BELOW` of its rows."""
+        """The one warning: a prior file that covers none of the run's prompts (at every level: it gives no prompt
+        and no cluster a start), or a per-prompt history that would act on under :data:`WARN_BELOW` of the rows."""
+        if self.prior and self.prior_covered == 0:
+            return self._uncovered_prior()
         visits = self.visits
         if not self.acts_per_prompt or visits.history_row_share >= WARN_BELOW:
             return None
@@ -77,23 +97,50 @@ class Advice:
             f"bv_blend advisor: {self.record.label}{f' ({self.level})' if self.level else ''} keeps a per-prompt "
             f"history, but few rows of this run will see it: {visits.prompts} training prompts, "
             f"{visits.batch_size} prompts a step x {self.group_size} rollouts, {visits.steps} steps give "
-            f"{visits.visits_per_prompt:.2f} expected visits per prompt ({draws}), so a share of "
+            f"{visits.visits_per_prompt:.2f} expected visits per prompt ({draws}){self._covered()}, so a share of "
             f"{visits.history_row_share:.2f} of the rows see their prompt's history (the advisor warns below "
             f"{WARN_BELOW}). The other rows are first visits, where the prompt's history has nothing to act on. "
-            f"Settings that would act: {'; or '.join(self.fixes)}. This is a warning: the run goes on."
+            f"Settings that would act: {'; or '.join(self.fixes)}.{self._bound()} This is a warning: the run goes on."
+        )
+
+    def _covered(self) -> str:
+        if not self.prior or self.prior_covered is None:
+            return ""
+        return (f"; the prior file ({self.prior}) holds {self.prior_covered} of the run's {self.distinct_prompts} "
+                "prompts")  # fmt: skip
+
+    def _bound(self) -> str:
+        if not self.lower_bound:
+            return ""
+        return (" DAPO's dynamic sampling is on (algorithm.filter_groups.enable=true): verl draws more prompts to "
+                "refill the groups it filters, so these visits and this share are lower bounds.")  # fmt: skip
+
+    def _uncovered_prior(self) -> str:
+        return (
+            f"bv_blend advisor: {self.record.label}'s prior file ({self.prior}) holds none of this run's "
+            f"{self.distinct_prompts} training prompts, so no prompt (and no cluster) starts with a history from it. "
+            f"The likely cause is a key mismatch: this run keys each prompt by {self.keyed_by}, and the file was "
+            f"keyed otherwise (another prompt_key_field, or another dataset or preprocessing). Write it again with "
+            f"`bv-blend priors` over this run's data.train_files and the same prompt_key_field, or unset the "
+            f"option.{self._bound()} This is a warning: the run goes on."
         )
 
 
-def advise(config: Any, prompts: int) -> Advice | None:
+def advise(config: Any, prompts: int, keys: Sequence[str] | None = None) -> Advice | None:
     """The advice for a run of ``prompts`` training prompts and this full trainer ``config`` (no log); ``None`` for a
-    run whose estimator keeps no per-prompt history, or that trains no step."""
+    run whose estimator keeps no per-prompt history, or that trains no step.
+
+    ``keys`` are the run's prompt keys (one a training row, keyed as the run keys them): with a prior file, the share
+    counts only the prompts the file holds. Without them (planning, before any dataset) the file is taken as covering
+    every prompt.
+    """
     record = selected_record(config)
     if record is None or PROMPT_KEYS not in record.inputs:
         return None
     from bv_blend.verl.sampler import sampler_options
 
     data, trainer = config_get(config, "data"), config_get(config, "trainer")
-    batch_size = int(config_get(data, "train_batch_size"))
+    batch_size = _prompts_a_step(config)
     total = config_get(trainer, "total_training_steps")
     steps = planned_steps(prompts, batch_size, int(config_get(trainer, "total_epochs") or 0),
                           None if total is None else int(total))  # fmt: skip
@@ -101,15 +148,40 @@ def advise(config: Any, prompts: int) -> Advice | None:
         return None
     options = record.options_class().from_algorithm(config_get(config, "algorithm"))
     prior = next((name for name in PRIOR_OPTIONS if hasattr(options, name)), None)
+    path = getattr(options, prior) if prior is not None else None
+    field = getattr(options, "prompt_key_field", None)
+    covered = distinct = None
+    coverage = 0.0
+    if path is not None:
+        coverage = 1.0
+        if keys is not None:
+            run_keys = set(keys)
+            held = load_priors(path, f"{record.option_section}.{prior}")
+            covered, distinct = len(run_keys & held.keys()), len(run_keys)
+            coverage = covered / distinct if distinct else 0.0
     sampler = sampler_options(data).enable
-    visits = plan_visits(prompts, batch_size, steps, sampler, prior is not None and getattr(options, prior) is not None)
+    visits = plan_visits(prompts, batch_size, steps, sampler, coverage)
     rollout = config_get(config_get(config, "actor_rollout_ref"), "rollout")
     level, fixes = _levels(record, options)
     if prior is not None:
         fixes += (f"priors: `bv-blend priors`, then {record.option_section}.{prior}=PATH (every prompt starts with a "
                   "history)",)  # fmt: skip
+    filtered = bool(config_get(config_get(config_get(config, "algorithm"), "filter_groups"), "enable"))
     return Advice(record, PROMPT_KEYS in options.inputs(), visits, int(config_get(rollout, "n") or 1), sampler,
-                  level, fixes)  # fmt: skip
+                  level, fixes, f"{record.option_section}.{prior}={path}" if path is not None else "", covered,
+                  distinct, f"extra_info[{field!r}]" if field else "the hash of its prompt's text",
+                  filtered)  # fmt: skip
+
+
+def _prompts_a_step(config: Any) -> int:
+    """B: the legacy trainer's steps are its dataloader's batches, ``data.gen_batch_size`` where it is set
+    (``RayPPOTrainer._create_dataloader``, whose length makes the steps of an epoch); the V1 trainer's step trains
+    ``train_batch_size`` prompts (``gen_batch_size`` is only how it fetches them) and counts its epochs in them."""
+    data = config_get(config, "data")
+    train_batch_size = int(config_get(data, "train_batch_size"))
+    if config_get(config_get(config, "trainer"), "use_v1") is False:
+        return int(config_get(data, "gen_batch_size") or train_batch_size)
+    return train_batch_size
 
 
 def _levels(record: EstimatorRecord, options: Any) -> tuple[str, tuple[str, ...]]:
@@ -145,15 +217,31 @@ def advise_trainer(trainer: Any) -> Advice | None:
                      "its first advantage step advises.")  # fmt: skip
         return None
     try:
-        advice = advise(config, len(dataset))
-    except Exception:  # advice only: whatever it cannot read, the run goes on without it
-        logger.debug("bv_blend advisor: skipped, the run's sizes could not be read.", exc_info=True)
+        advice = advise(config, len(dataset), _run_keys(config, dataset))
+    except Exception as error:  # advice only: the run goes on without it, and the user is told why
+        logger.warning("bv_blend advisor: could not advise this run (%s: %s); training goes on without its advice "
+                       "(visits per prompt, the share of rows with a prompt history, the prior file's coverage).",
+                       type(error).__name__, error)  # fmt: skip
+        logger.debug("bv_blend advisor: the error's traceback.", exc_info=True)
         advice = None
     runtime.RUN.advised, runtime.RUN.advice = config, advice
     message = advice.warning() if advice is not None else None
     if message is not None:
         logger.warning(message)
     return advice
+
+
+def _run_keys(config: Any, dataset: Any) -> Sequence[str] | None:
+    """The run's prompt keys, only where a prior file is set (reading every row costs a pass over the dataset)."""
+    record = selected_record(config)
+    if record is None or PROMPT_KEYS not in record.inputs:
+        return None
+    options = record.options_class().from_algorithm(config_get(config, "algorithm"))
+    if all(getattr(options, name, None) is None for name in PRIOR_OPTIONS):
+        return None
+    from bv_blend.verl.training_data import dataset_prompt_keys
+
+    return dataset_prompt_keys(dataset, getattr(options, "prompt_key_field", None))
 
 
 def step_metrics(trainer: Any = None) -> dict[str, float]:

@@ -39,6 +39,10 @@ from bv_blend.verl.records import record_for
 
 # Where the legacy trainer's batch carries the estimator's metrics from compute_advantage to compute_data_metrics.
 METRICS_KEY = "bv_blend_metrics"
+# The reward_extra_info key of the paper's reward (bv_blend.paper.rewards.FAILURE_KEY: 1.0 where math-verify failed
+# on the answer), and the step metric that sums it; verl's training loop logs reward extras nowhere else.
+VERIFIER_FAILURE_KEY = "verifier_failure"
+VERIFIER_FAILURES_METRIC = "reward/verifier_failures"
 
 
 # ------------------------------------------------------------------------------------------------ shared
@@ -185,6 +189,10 @@ def _legacy_compute_data_metrics(original: Callable) -> Callable:
         meta_info = getattr(batch, "meta_info", None)
         if isinstance(meta_info, dict):
             metrics.update(meta_info.pop(METRICS_KEY, {}))
+        # The reward's verifier failures, for every run (ray_trainer puts reward_extra_info in non_tensor_batch).
+        failures = (getattr(batch, "non_tensor_batch", None) or {}).get(VERIFIER_FAILURE_KEY)
+        if failures is not None:
+            metrics[VERIFIER_FAILURES_METRIC] = float(sum(float(f) for f in failures if f is not None))
         return metrics
 
     return compute_data_metrics

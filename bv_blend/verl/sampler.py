@@ -39,6 +39,7 @@ from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.options import config_get, section_options
 from bv_blend.verl.records import RECORDS, record_for
+from bv_blend.verl.training_data import dataset_columns
 
 logger = logging.getLogger(__name__)
 
@@ -197,13 +198,25 @@ class HistorySampler(torch.utils.data.Sampler[int]):
             process = runtime.process_for(str(algorithm.adv_estimator), algorithm)
             field = getattr(process.options, "prompt_key_field", None)
             cluster_key = getattr(process.options, "cluster_key", None)
-            prompts, infos = _columns(self.dataset)
+            prompts, infos = dataset_columns(self.dataset)
             self._keys = np.array([prompt_key(p, i, field) for p, i in zip(prompts, infos, strict=True)],
                                   dtype=object)  # fmt: skip
             if cluster_key is not None:
                 self._clusters = np.array([int(i.get(cluster_key, -1)) if isinstance(i, Mapping) else -1
                                            for i in infos], dtype=np.int64)  # fmt: skip
         return self._keys, self._clusters
+
+    def _check_dataset_size(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state drawn from a training set of another size: its RNG and epoch position would index other
+        prompts. A state saved before the size was recorded cannot be checked: a warning says so, and it loads."""
+        saved = state.get("dataset_size")
+        if saved is None:
+            logger.warning("history sampler: the checkpoint's sampler state predates its dataset-size record, so a "
+                           "resume on a changed training set cannot be detected; it is loaded as it is (this run has "
+                           "%d prompts). Make sure the data settings are the checkpoint's.",
+                           len(self.dataset))  # fmt: skip
+        elif int(saved) != len(self.dataset):
+            raise ValueError(_dataset_size_error(int(saved), len(self.dataset)))
 
     def step_metrics(self, updates_now: int) -> dict[str, float]:
         """The metrics of the oldest batch not yet trained on, with how many updates old its weights were."""
@@ -216,7 +229,7 @@ class HistorySampler(torch.utils.data.Sampler[int]):
     # --------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state, "drawn_in_epoch": self.drawn_in_epoch, "draws": self.draws,
-                "seed": self.seed, "batch_size": self.batch_size}  # fmt: skip
+                "seed": self.seed, "batch_size": self.batch_size, "dataset_size": len(self.dataset)}  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("seed") != self.seed or state.get("batch_size") != self.batch_size:
@@ -225,10 +238,22 @@ class HistorySampler(torch.utils.data.Sampler[int]):
                 f"{state.get('batch_size')}; this run has {self.seed} and {self.batch_size}. Resume with the original "
                 "values."
             )
+        self._check_dataset_size(state)
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
         self.rng, self.drawn_in_epoch, self.draws = rng, int(state["drawn_in_epoch"]), int(state["draws"])
         self.pending.clear()
+
+
+def _dataset_size_error(saved: int, now: int) -> str:
+    return (
+        f"The checkpoint's prompt sampler drew from a training set of {saved} prompts; this run's has {now}. The "
+        "dataset changed since the checkpoint (other data.train_files, data.max_prompt_length or "
+        "data.filter_overlong_prompts, another filter), so the saved draws and their epoch position index other "
+        "prompts. Resume with the data settings the checkpoint was made with, or start a fresh run on the new data "
+        "(trainer.resume_mode=disable, or another trainer.default_local_dir); the sampler has no option to reset "
+        "its state alone."
+    )
 
 
 def success_estimates(algorithm: Any, keys: np.ndarray, cluster_ids: np.ndarray | None = None) -> np.ndarray:
@@ -289,16 +314,6 @@ def restore_skipped_state(folder: str | None) -> bool:
         sampler.drawn_in_epoch = 0  # the epoch ended with the checkpoint: the loader starts the next one
     logger.info("history sampler: restored its state of %d draws from %s, which verl skipped", sampler.draws, path)
     return True
-
-
-def _columns(dataset: Any) -> tuple[list[Any], list[Any]]:
-    frame = getattr(dataset, "dataframe", None)
-    column = getattr(dataset, "prompt_key", "prompt")
-    if frame is not None and column in getattr(frame, "column_names", ()):
-        infos = frame["extra_info"] if "extra_info" in frame.column_names else [None] * len(frame)
-        return list(frame[column]), list(infos)
-    items = [dataset[i] for i in range(len(dataset))]
-    return [item.get("raw_prompt") for item in items], [item.get("extra_info") for item in items]
 
 
 __all__ = ["SECTION", "HistorySampler", "SamplerOptions", "check_run", "create_rl_sampler", "restore_skipped_state",

@@ -263,3 +263,46 @@ def test_a_state_of_another_seed_is_refused():
     other = HistorySampler(dataset(), BATCH, 2, SamplerOptions(enable=True), lambda: None)
     with pytest.raises(ValueError, match="data.seed=1"):
         other.load_state_dict(sampler.state_dict())
+
+
+# ------------------------------------------------------------------------------ resume guards (issue 37, point 3)
+def _checkpoint_after_two_steps(config, data: list[dict]) -> dict:
+    first = loader(config, data)
+    iterator = iter(first)
+    for step in range(2):
+        train_on(config, next(iterator), step)
+    return first.state_dict()  # what verl saves as data.pt
+
+
+def test_a_resume_on_a_training_set_of_another_size_is_refused_with_the_fix():
+    """The sampler's state records the training set's size; verl's real StatefulDataLoader, resumed over a dataset
+    that lost prompts (another max_prompt_length, another filter), refuses with an error that names both sizes, the
+    likely causes and how to go on, instead of drawing indices of other prompts silently."""
+    config = run_config()
+    saved = _checkpoint_after_two_steps(config, dataset())
+    assert saved["_sampler_iter_state"]["sampler_state"]["dataset_size"] == PROMPTS
+    config = run_config()
+    resumed = loader(config, dataset(PROMPTS - 4))
+    resumed.load_state_dict(saved)
+    with pytest.raises(ValueError) as error:
+        next(iter(resumed))  # the loader hands the sampler its state when it starts iterating
+    message = str(error.value)
+    for part in (f"a training set of {PROMPTS} prompts; this run's has {PROMPTS - 4}", "data.max_prompt_length",
+                 "Resume with the data settings the checkpoint", "trainer.resume_mode=disable"):  # fmt: skip
+        assert part in message, part
+    same = loader(run_config(), dataset())  # the same dataset resumes
+    same.load_state_dict(saved)
+    assert len(next(iter(same))) == BATCH
+
+
+def test_a_state_saved_before_the_size_was_recorded_loads_with_a_warning(caplog):
+    """A checkpoint of an earlier version has no dataset_size: it cannot be checked, so it loads (an unchanged
+    dataset still resumes exactly) and a warning says the check was not possible (docs/history.md)."""
+    config = run_config()
+    saved = _checkpoint_after_two_steps(config, dataset())
+    del saved["_sampler_iter_state"]["sampler_state"]["dataset_size"]
+    resumed = loader(run_config(), dataset())
+    resumed.load_state_dict(saved)
+    with caplog.at_level("WARNING", logger="bv_blend.verl.sampler"):
+        assert len(next(iter(resumed))) == BATCH
+    assert any("predates its dataset-size record" in r.getMessage() for r in caplog.records)
