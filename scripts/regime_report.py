@@ -85,6 +85,18 @@ def recommendation_lines(found: dict) -> list[str]:
         lines.append(f"| {arm.label} | {'-' if arm.limit else arm.needs} | " + " | ".join(cells) + " |")
     lines += [""]
     label = lambda key: regime.ARMS[key].label  # noqa: E731
+    bought = [(name, key, v) for name in names for key, v in
+              (found[name].notes.get("priors") or {}).get("minus_twin_training_only", {}).items()]
+    if bought:
+        lines += ["**Priors, read with care.** Counted in the budget, a priors arm's figure above is each seed's start "
+                  "value wherever the priors' rollouts (8 a prompt of the whole pool) exceed the run's whole budget: "
+                  "arithmetic, not a measurement, and the same for every priors arm. What the priors bought is each "
+                  "priors arm minus its twin without them, on training rollouts alone (paired by seed); priors are a "
+                  "one-off cost that a user reuses across runs:", ""]
+        lines += [f"- {name}: {label(key)} minus {label(v['twin'])}: "
+                  f"{stats.format_interval(stats.Interval(v['value'], v['low'], v['high']), signed=True)}"
+                  for name, key, v in bought]
+        lines += [""]
     if recommendation.arm is None:
         lines += ["**Recommendation: GRPO n=8 stays.** No runnable arm is ahead in one instrument and behind in "
                   "none.", ""]

@@ -99,3 +99,14 @@ def test_a_resolved_leader_is_the_pick_and_a_summary_without_finals_is_named(tmp
     write_summary(_summary("logistic_lab", rpp1=0.0), tmp_path)
     assert _script().main(["--summaries", str(tmp_path)]) == 0
     assert "**Summaries older than the revised rule**: logistic_lab." in (tmp_path / "recommendation.md").read_text()
+
+
+def test_priors_arms_are_read_with_what_they_bought(tmp_path):
+    summary = _summary("logistic_lab", rpp1=0.02, spo1_priors=-0.3)
+    summary.notes["priors"] = {"minus_twin_training_only": {"spo1_priors": {"twin": "spo1", "value": 0.014,
+                                                                            "low": 0.011, "high": 0.018}}}
+    write_summary(summary, tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    text = (tmp_path / "recommendation.md").read_text()
+    assert "arithmetic, not a measurement" in text and "one-off cost that a user reuses across runs" in text
+    assert "- logistic_lab: SPO n=1 + offline priors minus SPO n=1: +0.014 [+0.011, +0.018]" in text
