@@ -65,11 +65,12 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
         "## Every arm, read by the rule",
         "",
         f"Reference: GRPO n=8, final held-out success {format_interval(reference.final, digits=4)}. *Difference*: "
-        "final held-out success, arm minus GRPO n=8, mean over paired seeds with its 95% paired bootstrap interval "
-        "(`stats.paired_difference`); *verdict*: `rule.verdict` (ahead / behind / level: the interval above, below or "
-        "around zero); *rollouts to reach*: `stats.reach_interval`, the rollouts the arm's seed-mean curve needs to "
-        "reach the reference's final value over the reference's own (judges nothing). Priors arms are judged with "
-        "their priors' rollouts counted (`regime.final_with_priors`) and shown with training rollouts only beside.",
+        "final held-out success, arm minus GRPO n=8, mean over paired seeds with its 95% t-interval "
+        "(`stats.paired_difference`, the revised rule's); *verdict*: `rule.verdict` (ahead / behind / level: the "
+        "interval above, below or around zero); *rollouts to reach*: `stats.reach_interval`, the rollouts the arm's "
+        "seed-mean curve needs to reach the reference's final value over the reference's own (judges nothing). Priors "
+        "arms are judged with their priors' rollouts counted (`regime.final_with_priors`) and shown with training "
+        "rollouts only beside.",
         "",
         "| arm | final held-out success | difference to GRPO n=8 | verdict | rollouts to reach (x GRPO n=8) |",
         "|---|---|---|---|---|",
@@ -190,7 +191,7 @@ def _priors_lines(notes: dict) -> list[str]:
         return []
     lines = ["## What the priors bought", "",
              "Each priors arm minus its twin without priors, final held-out success, training rollouts only, paired "
-             "by seed (95% paired bootstrap):", ""]
+             "by seed (95% paired t-interval):", ""]
     for key, found in contrasts.items():
         interval = stats.Interval(found["value"], found["low"], found["high"])
         lines.append(f"- {regime.ARMS[key].label} minus {regime.ARMS[found['twin']].label}: "

@@ -141,9 +141,9 @@ def summary(results: SuiteResults, out: Path, command: str, machine: str) -> reg
 def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: Path) -> list[str]:
     """The regime's tables and plots, for docs/regime/token_lab.md."""
     lines = [*priors_lines(results, found), "## Arms: the rule's reading (instruments/rule.py)", "",
-             "Final held-out pass rate (seed mean, 95% bootstrap CI); the paired difference to GRPO n=8 (arm minus "
-             "reference, 95% paired bootstrap over seeds) and its verdict; rollouts to reach the reference's final "
-             "value (x the reference's; judges nothing). Priors arms: judged with their "
+             "Final held-out pass rate (seed mean, 95% t-interval); the paired difference to GRPO n=8 (arm minus "
+             "reference, 95% t-interval over paired seeds, the revised rule's) and its verdict; rollouts to reach "
+             "the reference's final value (x the reference's; judges nothing). Priors arms: judged with their "
              f"{prior_rollouts(results):,} offline rollouts counted; 'training only' leaves them out."
              + (" Counted, their final is each seed's start value (see *What the priors bought*): arithmetic, not a "
                 "measurement." if _counted_is_start(results) else ""), "",
@@ -167,7 +167,7 @@ def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: P
     finals = {key: np.array([r.pass_rate[-1] for r in results.runs(key)]) for key in found.arms}
     pairs = [(a, b) for a, b in CONTRASTS if a in finals and b in finals]
     if pairs:
-        lines += ["", "Paired contrasts (final held-out pass rate, first minus second, 95% paired bootstrap; they "
+        lines += ["", "Paired contrasts (final held-out pass rate, first minus second, 95% paired t-interval; they "
                   "judge nothing):", ""]
         for a, b in pairs:
             contrast = stats.paired_difference(finals[a], finals[b])
@@ -206,7 +206,7 @@ def priors_lines(results: SuiteResults, found: regime.InstrumentSummary) -> list
     times = prior_rollouts(results) / (settings.steps * settings.budget)
     lines = ["## What the priors bought", "",
              "Each priors arm minus its twin without priors, final held-out pass rate, training rollouts only, "
-             "paired by seed (95% paired bootstrap):", ""]
+             "paired by seed (95% paired t-interval):", ""]
     for key, contrast in contrasts.items():
         value, low, high = contrast["training_only_minus_twin"]
         lines.append(f"- {table[key].label} minus {table[contrast['twin']].label}: "

@@ -201,9 +201,10 @@ def _comparison(results: SuiteResults, path: Path) -> list[str]:
     ref_curves, target = np.array([r.pass_rate for r in reference]), float(np.mean(final_values(reference)))
     steps = np.array(reference[0].eval_steps)
     lines += [f"Reference: {ARMS[REFERENCE].label}, final held-out pass rate {target:.3f} (seed mean at step "
-              f"{steps[-1]}) from {ref_curves[:, 0].mean():.3f} at step 0. Intervals: 95%, paired bootstrap over "
-              "seeds. *Rollouts to reach* is the ratio of the rollouts an arm's seed-mean curve needs to reach the "
-              "reference's final value over the reference's own (below 1: fewer rollouts; see Definitions).", "",
+              f"{steps[-1]}) from {ref_curves[:, 0].mean():.3f} at step 0. Intervals: 95%, t-intervals over paired "
+              "seeds (rollouts to reach: paired bootstrap). *Rollouts to reach* is the ratio of the rollouts an "
+              "arm's seed-mean curve needs to reach the reference's final value over the reference's own (below 1: "
+              "fewer rollouts; see Definitions).", "",
               "| arm | seeds | final pass rate | minus reference | P(arm > ref) | rollouts to reach, x ref | "
               "all-equal groups | rows with A != 0 | max abs(A) |", "|---|---|---|---|---|---|---|---|---|"]
     curves, differences = {}, {}
