@@ -132,6 +132,7 @@ class Prepared:
     warmup_pass_rates: dict[str, float] = field(default_factory=dict)
     question_family: dict[str, str] = field(default_factory=dict, repr=False)
     priors: Path | None = None  # the offline priors file, where the comparison made one (instruments.demo.no_revisit)
+    codebook_nmi: float | None = None  # the clusters against the task families (1: the families; 0: nothing of them)
 
 
 def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, float]]:
@@ -269,7 +270,7 @@ def _prepared_from(saved: dict) -> Prepared:
     frame = pd.read_parquet(val, columns=["extra_info"])
     question_family = {info["question"]: info["family"] for info in frame["extra_info"]}
     return Prepared(Path(saved["model"]), Path(saved["train"]), val, Path(saved["codebook"]),
-                    saved["warmup_pass_rates"], question_family)
+                    saved["warmup_pass_rates"], question_family, codebook_nmi=saved.get("codebook_nmi"))
 
 
 def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
@@ -437,12 +438,15 @@ def run_demo(s: DemoSettings, recommended: bool = False) -> str:
             start = runs[label].start
         else:
             runs[label] = report.read_run(label, run_dir, prepared.question_family, start=start, in_format=in_format)
-    table = report.demo_tables(runs)
+    nmi = prepared.codebook_nmi
+    table = report.demo_tables(runs) + ("" if nmi is None else f"\n\ncodebook (MiniLM + K-means on the training "
+                                        f"prompts' text, K = {s.num_clusters}): NMI {nmi:.3f} against the families")
     png = report.plot_runs(runs, s.work_dir / "curves.png")
     (s.work_dir / "table.txt").write_text(f"{cpu}\n{table}\n")
     wall = time.time() - t0
     (s.work_dir / "summary.json").write_text(json.dumps(
         {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()}, "dtype": s.compute_dtype(),
+         "codebook_nmi": nmi,
          "warmup_pass_rates": prepared.warmup_pass_rates, **report.demo_summary(runs), "wall_s": wall}, indent=2))
     print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table
