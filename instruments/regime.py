@@ -35,6 +35,7 @@ class RegimeArm:
     priors: bool = False  # paid for in offline rollouts: judged with them counted
     needs: str = "verl"  # one of NEEDS: verl's stock trainer alone, this package, a codebook, offline priors
     in_labs: bool = True  # the labs run it too (dynamic sampling and a token-level loss exist in verl's trainer alone)
+    twin: str | None = None  # a priors arm: the same arm without priors, whose difference is what the priors bought
 
 
 ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
@@ -45,9 +46,11 @@ ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
     RegimeArm("bv_cluster2", "BV-Blend cluster level n=2", 2, package=True, needs="codebook"),
     RegimeArm("bv_cluster8", "BV-Blend cluster level n=8", 8, package=True, needs="codebook"),
     RegimeArm("spo1", "SPO n=1", 1, package=True, needs="package"),
-    RegimeArm("spo1_priors", "SPO n=1 + offline priors", 1, package=True, priors=True, needs="priors"),
+    RegimeArm("spo1_priors", "SPO n=1 + offline priors", 1, package=True, priors=True, needs="priors", twin="spo1"),
+    # its twin is the cluster level: with no prompt coming back, its prompt history without priors never holds
+    # anything, so prompt_and_cluster without priors is the cluster level
     RegimeArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", 2, package=True, priors=True,
-              needs="priors"),
+              needs="priors", twin="bv_cluster2"),
     # The pretrained-LM comparison's arms beside those (issue 38): verl's own answer to zero-variance groups, and
     # the seeds' companions (docs/companions.md).
     RegimeArm("grpo8_dynamic", "GRPO n=8 + DAPO dynamic sampling (every generated rollout counted)", 8, in_labs=False),
@@ -63,6 +66,7 @@ LIMITS = frozenset(key for key, arm in ARMS.items() if arm.limit)
 PACKAGE = frozenset(key for key, arm in ARMS.items() if arm.package)
 SIMPLICITY = {key: NEEDS.index(arm.needs) for key, arm in ARMS.items()}
 IN_LABS = {key: arm for key, arm in ARMS.items() if arm.in_labs}  # what the token and logistic labs run
+PRIORS_TWINS = {key: arm.twin for key, arm in ARMS.items() if arm.twin is not None}
 HEADROOM_BASE = "rpp1"
 
 

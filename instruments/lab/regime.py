@@ -86,9 +86,7 @@ LAB_ARMS: dict[str, LabArm] = {
     "oracle_baseline1": LabArm(ESTIMATORS["oracle"], 1),
     "knapsack_grpo2": LabArm(ESTIMATORS["grpo"], 2, knapsack=True),
 }
-# Each priors arm's twin without priors (the token lab's too: instruments/lab/token/arms.PRIORS_TWINS): with no
-# revisit, prompt_and_cluster without priors is the cluster level (a prompt's own history is never read).
-PRIORS_TWINS = {"spo1_priors": "spo1", "bv2_priors": "bv_cluster2"}
+PRIORS_TWINS = regime.PRIORS_TWINS  # each priors arm's twin without priors, declared with the arm
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from bv_blend.verl import offline
+from instruments import regime as shared_regime
 
 # BV-Blend's history levels that key the history by prompt, and so need a key per row (bv_blend.verl.offline's
 # ``prompt_keys``); ``spo`` keeps a per-prompt value estimate and needs it too.
@@ -123,17 +124,14 @@ REGIME_ARMS: dict[str, TokenArm] = {arm.key: arm for arm in (
     TokenArm("bv2_priors", "BV-Blend prompt_and_cluster n=2 + offline priors", "bv_blend",
              {"bv_blend": {"history_level": "prompt_and_cluster"}}, n=2, priors=True, revision=1),
     # The limits' p is an estimate from 8 extra samples of the current policy (run.estimated_success), not the true
-    # p: their labels say so (instruments/regime.ARMS still says "oracle"; the lead's to change).
+    # p: their labels say so (instruments/regime.ARMS names it for each lab).
     TokenArm("oracle_baseline1", "limit: baseline R - p^, p^ from 8 samples, n=1", ORACLE_BASELINE, n=1,
              oracle="baseline"),
     TokenArm("knapsack_grpo2", "limit: Knapsack allocation by 8-sample estimated p + GRPO (32 prompts)", "grpo", n=2,
              oracle="allocation"),
 )}
 
-# Each priors arm's twin without priors, whose paired difference is what its priors bought (the reports lead with
-# it). bv2_priors's is the cluster level: with no prompt coming back, its prompt history without priors never holds
-# anything, so prompt_and_cluster without priors is the cluster level.
-PRIORS_TWINS = {"spo1_priors": "spo1", "bv2_priors": "bv_cluster2"}
+PRIORS_TWINS = shared_regime.PRIORS_TWINS  # each priors arm's twin without priors, declared with the arm
 
 ARM_TABLES = {"comparison": ARMS, "regime": REGIME_ARMS}  # a suite's arms come from one of these
 
