@@ -427,7 +427,21 @@ def demo_tables(runs: dict[str, RunRecord]) -> str:
         diff, half = method_difference(runs)
         lines += ["", f"bv_blend - grpo after training, paired by prompt (= the difference of the gains, the start "
                       f"being shared): {diff:+.3f} ± {half:.3f}"]
+    lines += ["", *(f"{method}: {learning_verdict(run)}" for method, run in runs.items())]
     return "\n".join(lines)
+
+
+def learning_verdict(run: RunRecord) -> str:
+    """Whether the model learned, said plainly: the gain from the start with its 95% interval over prompts."""
+    s = run.summary()
+    gain, half = s["gain"], s["gain ±"]
+    if not np.isfinite(half):
+        return f"held-out gain {gain:+.3f} (one prompt: no interval)"
+    if gain - half > 0:
+        return f"learned: the held-out pass rate rose above the start ({gain:+.3f} ± {half:.3f})"
+    if gain + half < 0:
+        return f"got worse: the held-out pass rate fell below the start ({gain:+.3f} ± {half:.3f})"
+    return f"did not learn measurably: the held-out gain {gain:+.3f} ± {half:.3f} holds zero"
 
 
 def demo_summary(runs: dict[str, RunRecord]) -> dict:

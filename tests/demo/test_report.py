@@ -170,7 +170,9 @@ def test_tables_report_the_shared_start_and_gains_from_it(shared, tmp_path):
     assert stats.loc["bv_blend", "gain from start (95% CI)"] == "+0.250 ± 0.796"
     assert stats.loc["grpo", "after (step 4)"] == "0.875 ± 0.398"
     assert "val before" not in text  # one start, not one per method
-    assert text.splitlines()[-1].endswith("the start being shared): -0.250 ± 1.027")
+    assert text.splitlines()[-4].endswith("the start being shared): -0.250 ± 1.027")
+    # said plainly, per method, from the gain's interval over prompts
+    assert text.splitlines()[-1] == "bv_blend: did not learn measurably: the held-out gain +0.250 ± 0.796 holds zero"
     for word in ("echo", "tiny_sum", "small_sum", "all", "adv share %", "all-wrong %"):
         assert word in text
     summary = json.loads(json.dumps(report.demo_summary(shared)))  # what summary.json holds
