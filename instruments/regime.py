@@ -36,6 +36,7 @@ class RegimeArm:
     needs: str = "verl"  # one of NEEDS: verl's stock trainer alone, this package, a codebook, offline priors
     in_labs: bool = True  # the labs run it too (dynamic sampling and a token-level loss exist in verl's trainer alone)
     twin: str | None = None  # a priors arm: the same arm without priors, whose difference is what the priors bought
+    generated: bool = False  # draws beyond its batch (dynamic sampling): judged at the rollouts it generated
 
 
 ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
@@ -53,7 +54,8 @@ ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
               needs="priors", twin="bv_cluster2"),
     # The pretrained-LM comparison's arms beside those (issue 38): verl's own answer to zero-variance groups, and
     # the seeds' companions (docs/companions.md).
-    RegimeArm("grpo8_dynamic", "GRPO n=8 + DAPO dynamic sampling (every generated rollout counted)", 8, in_labs=False),
+    RegimeArm("grpo8_dynamic", "GRPO n=8 + DAPO dynamic sampling (every generated rollout counted)", 8, in_labs=False,
+              generated=True),
     RegimeArm("ha_dw8", "HA-DW n=8", 8, needs="package", in_labs=False),
     RegimeArm("maxnorm_rloo8", "MaxNorm-AC with RLOO n=8", 8, needs="package", in_labs=False),
     RegimeArm("rpp1_ntf", "REINFORCE++ n=1 + negative token filtering", 1, needs="package", in_labs=False),
@@ -117,6 +119,24 @@ def arm_summary(curves: Any, x: Any, reference: Any, x_reference: Any,
     return ArmSummary(stats.mean_interval(counted), stats.paired_difference(counted, reference[:, -1]),
                       stats.reach_interval(curves, reference, x + prior_rollouts, x_reference),
                       training_only=stats.paired_difference(final, reference[:, -1]), finals=counted.tolist())
+
+
+def generated_arm_summary(curves: Any, x_by_seed: Any, reference: Any, x_reference: Any) -> ArmSummary:
+    """An arm that generates more rollouts than its batch (verl's dynamic sampling), read at the reference's final
+    rollouts: each seed's curve is placed on its own cumulative generated rollouts ``x_by_seed`` (seeds, points) and
+    read there, linearly between validations (docs/regime.md, the pretrained-LM comparison). Its reach is read on
+    the seeds' mean rollouts (it judges nothing)."""
+    import numpy as np
+
+    curves, reference = np.asarray(curves, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    x_by_seed, x_reference = np.asarray(x_by_seed, dtype=np.float64), np.asarray(x_reference, dtype=np.float64)
+    budget = x_reference[-1]
+    if (x_by_seed[:, -1] < budget).any():
+        raise ValueError(f"a run generated fewer rollouts ({x_by_seed[:, -1].min():g}) than the reference's budget "
+                         f"({budget:g}): it cannot be read at that budget")
+    finals = np.array([np.interp(budget, x, curve) for x, curve in zip(x_by_seed, curves, strict=True)])
+    return ArmSummary(stats.mean_interval(finals), stats.paired_difference(finals, reference[:, -1]),
+                      stats.reach_interval(curves, reference, x_by_seed.mean(0), x_reference), finals=finals.tolist())
 
 
 def write_summary(summary: InstrumentSummary, directory: Path = SUMMARY_DIR) -> Path:

@@ -196,6 +196,10 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
     arms = {}
     for key in (k for k in regime.ARMS if k in by_arm):
         curves = _matrix(by_arm[key], seeds, steps)
+        if regime.ARMS[key].generated:
+            generated = np.array([generated_rollouts(by_arm[key][seed], steps) for seed in seeds])
+            arms[key] = regime.generated_arm_summary(curves, generated, reference, x)
+            continue
         if not regime.ARMS[key].priors:
             arms[key] = regime.arm_summary(curves, x, reference, x)
             continue
@@ -213,6 +217,20 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
                          "regime, whose summary this is (check_regime); report them without --regime-summary")
     return regime.InstrumentSummary(instrument or INSTRUMENT, command, machine, seeds, revisits, arms,
                                     notes=_notes(by_arm, seeds, used, steps, preparation, priors, missing))
+
+
+def generated_rollouts(result: dict, steps: Sequence[int]) -> np.ndarray:
+    """The rollouts a run generated up to each of ``steps``: its batch's n x prompts a step, plus what verl's dynamic
+    sampling drew beyond it (``training/filter_groups/evicted_samples`` and ``discarded_surplus_samples``, kept per
+    step in the result by compare.filter_groups_of; none logged at a step: none drawn)."""
+    spec, drawn = result["spec"], result.get("filter_groups", {})
+    extra = {int(step): 0.0 for step in range(1, max(steps) + 1)}
+    for name in ("evicted_samples", "discarded_surplus_samples"):
+        for step, value in drawn.get(name, {}).items():
+            extra[int(step)] = extra.get(int(step), 0.0) + value
+    per_step = np.array([spec["n"] * spec["batch"] + extra[step] for step in range(1, max(steps) + 1)])
+    cumulative = np.concatenate([[0.0], np.cumsum(per_step)])
+    return cumulative[np.asarray(steps, dtype=int)]
 
 
 def _visits(result: dict) -> dict[str, float]:

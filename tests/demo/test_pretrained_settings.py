@@ -131,3 +131,22 @@ def test_the_settings_sweep_is_grpo8_alone_on_selection_seeds_and_chooses_by_the
     assert chosen["lr"] == 1e-5 and chosen["steps"] == 20  # improving at 20 (step 20 over 15), flat by 40
     with pytest.raises(ValueError, match="not finished"):
         sweep.choose({5e-6: [rising]})
+
+
+def test_dynamic_sampling_is_judged_at_the_rollouts_it_generated() -> None:
+    import numpy as np
+
+    result = {"spec": {"n": 8, "batch": 8}, "filter_groups": {"evicted_samples": {"1": 64.0, "2": 32.0},
+                                                               "discarded_surplus_samples": {"2": 32.0}}}
+    # steps 1-4 cost 128, 128, 64, 64: at validation steps 0, 2 and 4 it had generated 0, 256 and 384
+    assert no_revisit.generated_rollouts(result, [0, 2, 4]).tolist() == [0.0, 256.0, 384.0]
+    assert no_revisit.generated_rollouts({"spec": {"n": 8, "batch": 8}}, [0, 4]).tolist() == [0.0, 256.0]
+    reference = np.array([[0.2, 0.3, 0.4], [0.2, 0.3, 0.5]])
+    x_ref = np.array([0.0, 128.0, 256.0])
+    curves = np.array([[0.2, 0.5, 0.6], [0.2, 0.4, 0.6]])
+    generated = np.array([[0.0, 256.0, 384.0], [0.0, 128.0, 256.0]])  # seed 0 spent twice the budget by step 2
+    arm = regime.generated_arm_summary(curves, generated, reference, x_ref)
+    assert arm.finals == pytest.approx([0.5, 0.6])  # read at 256 rollouts: seed 0 at its step 2, seed 1 at its end
+    assert arm.difference.value == pytest.approx(((0.5 - 0.4) + (0.6 - 0.5)) / 2)
+    with pytest.raises(ValueError, match="fewer rollouts"):
+        regime.generated_arm_summary(curves, generated / 4, reference, x_ref)
