@@ -85,17 +85,16 @@ def recommendation_lines(found: dict) -> list[str]:
         lines.append(f"| {arm.label} | {'-' if arm.limit else arm.needs} | " + " | ".join(cells) + " |")
     lines += [""]
     label = lambda key: regime.ARMS[key].label  # noqa: E731
-    bought = [(name, key, v) for name in names for key, v in
-              (found[name].notes.get("priors") or {}).get("minus_twin_training_only", {}).items()]
+    bought = [(name, key, twin, interval) for name in names
+              for key, (twin, interval) in priors_bought(found[name].notes).items()]
     if bought:
         lines += ["**Priors, read with care.** Counted in the budget, a priors arm's figure above is each seed's start "
                   "value wherever the priors' rollouts (8 a prompt of the whole pool) exceed the run's whole budget: "
                   "arithmetic, not a measurement, and the same for every priors arm. What the priors bought is each "
                   "priors arm minus its twin without them, on training rollouts alone (paired by seed); priors are a "
                   "one-off cost that a user reuses across runs:", ""]
-        lines += [f"- {name}: {label(key)} minus {label(v['twin'])}: "
-                  f"{stats.format_interval(stats.Interval(v['value'], v['low'], v['high']), signed=True)}"
-                  for name, key, v in bought]
+        lines += [f"- {name}: {label(key)} minus {label(twin)}: {stats.format_interval(interval, signed=True)}"
+                  for name, key, twin, interval in bought]
         lines += [""]
     if recommendation.arm is None:
         lines += ["**Recommendation: GRPO n=8 stays.** No runnable arm is ahead in one instrument and behind in "
@@ -151,6 +150,18 @@ def recommendation_lines(found: dict) -> list[str]:
                 leads.append(f"{name} {lead:+.3f}")
         lines.append(f"- {label(key)}: {', '.join(leads) or 'not run'}")
     return lines
+
+
+def priors_bought(notes: dict) -> dict:
+    """priors arm -> (its twin, the paired difference to it on training rollouts), from an instrument's notes: the
+    logistic lab's ``priors.minus_twin_training_only`` or the token lab's ``priors_minus_twin``."""
+    from instruments.stats import Interval
+
+    found = {key: (v["twin"], Interval(v["value"], v["low"], v["high"]))
+             for key, v in ((notes.get("priors") or {}).get("minus_twin_training_only") or {}).items()}
+    for key, v in (notes.get("priors_minus_twin") or {}).items():
+        found[key] = (v["twin"], Interval(*v["training_only_minus_twin"]))
+    return found
 
 
 if __name__ == "__main__":

@@ -110,3 +110,10 @@ def test_priors_arms_are_read_with_what_they_bought(tmp_path):
     text = (tmp_path / "recommendation.md").read_text()
     assert "arithmetic, not a measurement" in text and "one-off cost that a user reuses across runs" in text
     assert "- logistic_lab: SPO n=1 + offline priors minus SPO n=1: +0.014 [+0.011, +0.018]" in text
+    token = _summary("token_lab", rpp1=0.02, bv2_priors=-0.3)  # the token lab writes its contrast its own way
+    token.notes["priors_minus_twin"] = {"bv2_priors": {"twin": "bv_cluster2", "training_only_minus_twin": [0.02, 0.01,
+                                                                                                         0.03]}}
+    write_summary(token, tmp_path)
+    assert _script().main(["--summaries", str(tmp_path)]) == 0
+    assert "- token_lab: BV-Blend prompt_and_cluster n=2 + offline priors minus BV-Blend cluster level n=2: +0.020 " \
+           "[+0.010, +0.030]" in (tmp_path / "recommendation.md").read_text()
