@@ -37,6 +37,8 @@ def main() -> None:
                    "where the CPU has AVX-512-BF16)")
     p.add_argument("--recommended", action="store_true",
                    help="also train the setting the README recommends (a third run, from the same start)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rewrite the table, plot and summary from the runs in --work-dir (same flags)")
     p.add_argument("--seed", type=int, default=tiny.seed)
     tiny_only = p.add_argument_group("the tiny model (--model tiny)")
     tiny_only.add_argument("--warmup-steps", type=int, help="supervised warm-up steps")
@@ -61,7 +63,7 @@ def main() -> None:
     if not 5 <= s.val_prompts <= 125:
         p.error(f"--val-prompts {s.val_prompts} must be in 5..125: at least one per family, and at most half of "
                 "the 50 distinct prompts of the smallest family (sums of 0-4) per family")
-    print(run_demo(s, recommended=a.recommended))
+    print(run_demo(s, recommended=a.recommended, report_only=a.report_only))
 
 
 if __name__ == "__main__":

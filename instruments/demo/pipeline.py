@@ -407,13 +407,14 @@ def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:
     return f"recommended: {regime.ARMS[key].label}", arm.estimator, n, arm.overrides
 
 
-def run_demo(s: DemoSettings, recommended: bool = False) -> str:
+def run_demo(s: DemoSettings, recommended: bool = False, report_only: bool = False) -> str:
     """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png).
-    ``recommended``: a third run, the setting the README recommends, at the same rollouts a step."""
+    ``recommended``: a third run, the setting the README recommends, at the same rollouts a step. ``report_only``:
+    run nothing, rewrite the table, plot and summary from the runs already in ``s.work_dir`` (the same settings)."""
     t0 = time.time()
     cpu = describe_cpu()  # first, so that any report of this run says which kind of CPU it came from
     print(f"[demo] {cpu}")
-    prepared = prepare(s)
+    prepared = prepare(s, reuse=True) if report_only else prepare(s)
     plan: list[tuple[str, str, int, tuple[str, ...]]] = [(method, method, s.n, ()) for method in METHODS]
     if recommended:
         plan.append(recommended_run())
@@ -424,13 +425,19 @@ def run_demo(s: DemoSettings, recommended: bool = False) -> str:
         first = start is None
         if (s.batch * s.n) % n:
             raise ValueError(f"{label} runs {n} rollouts a prompt, which do not divide the {s.batch * s.n} a step")
-        print(f"[demo] training {label} on verl's stock trainer (CPU), {s.batch * s.n // n} prompts x {n} rollouts, "
-              "validating on the held-out prompts " + ("before training (the shared start), " if first else "")
-              + f"every {s.test_freq} steps and after the last, {s.val_samples} responses per prompt")
-        with tqdm(total=s.steps, desc=label, unit="step") as bar:
-            run_dir = run_method(s, method, prepared, s.work_dir / "runs" / label.split(":")[0], own_start=first,
-                                 on_step=lambda step, bar=bar: bar.update(step - bar.n), n=n,
-                                 batch=s.batch * s.n // n, extra=extra)
+        run_dir = s.work_dir / "runs" / label.split(":")[0]
+        if report_only:
+            if not (run_dir / "metrics.jsonl").is_file():
+                raise FileNotFoundError(f"{run_dir} holds no run of {label}: run the demo first, without "
+                                        "--report-only")
+        else:
+            print(f"[demo] training {label} on verl's stock trainer (CPU), {s.batch * s.n // n} prompts x {n} "
+                  "rollouts, validating on the held-out prompts "
+                  + ("before training (the shared start), " if first else "")
+                  + f"every {s.test_freq} steps and after the last, {s.val_samples} responses per prompt")
+            with tqdm(total=s.steps, desc=label, unit="step") as bar:
+                run_method(s, method, prepared, run_dir, own_start=first, n=n, batch=s.batch * s.n // n, extra=extra,
+                           on_step=lambda step, bar=bar: bar.update(step - bar.n))
         if first:
             # the start model, validated before this run's first update: the start of every method
             runs[label] = report.share_start(report.read_run(label, run_dir, prepared.question_family,
@@ -442,9 +449,14 @@ def run_demo(s: DemoSettings, recommended: bool = False) -> str:
     table = report.demo_tables(runs) + ("" if nmi is None else f"\n\ncodebook (MiniLM + K-means on the training "
                                         f"prompts' text, K = {s.num_clusters}): NMI {nmi:.3f} against the families")
     png = report.plot_runs(runs, s.work_dir / "curves.png")
+    summary_path = s.work_dir / "summary.json"
+    if report_only:  # the runs' machine and wall time, not this rereading's
+        earlier = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        cpu, wall = earlier.get("cpu", cpu), earlier.get("wall_s", float("nan"))
+    else:
+        wall = time.time() - t0
     (s.work_dir / "table.txt").write_text(f"{cpu}\n{table}\n")
-    wall = time.time() - t0
-    (s.work_dir / "summary.json").write_text(json.dumps(
+    summary_path.write_text(json.dumps(
         {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()}, "dtype": s.compute_dtype(),
          "codebook_nmi": nmi,
          "warmup_pass_rates": prepared.warmup_pass_rates, **report.demo_summary(runs), "wall_s": wall}, indent=2))

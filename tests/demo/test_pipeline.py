@@ -94,6 +94,11 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
     assert summary["runs"]["bv_blend"]["shared start"] == 1.0
     assert summary["bv_blend - grpo after"]["difference"] == -0.25
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+    # --report-only rewrites the same table from the runs on disk, runs nothing, and keeps the runs' wall time
+    monkeypatch.setattr(pipeline, "prepare", lambda s, reuse=False: prepared)
+    monkeypatch.setattr(launch, "run_trainer", lambda *a, **k: pytest.fail("--report-only ran verl"))
+    assert pipeline.run_demo(s, report_only=True) == table
+    assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] == summary["wall_s"]
 
 
 def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):

@@ -89,7 +89,8 @@ def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -
 def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_flags(monkeypatch) -> None:
     script = load_script("demo_cpu")
     seen = {}
-    monkeypatch.setattr(script, "run_demo", lambda s, recommended: seen.update(s=s, recommended=recommended) or "")
+    monkeypatch.setattr(script, "run_demo", lambda s, recommended, report_only: seen.update(
+        s=s, recommended=recommended) or "")
     monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--steps", "4", "--recommended"])
     script.main()
     s = seen["s"]
