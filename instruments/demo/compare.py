@@ -34,7 +34,6 @@ import numpy as np
 import pandas as pd
 
 from instruments.demo import report
-from instruments.demo import reward as demo_reward
 from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
 from instruments.machine import describe_cpu
 
@@ -395,8 +394,7 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     finally:
         stop.set()
         follower.join()
-    in_format = demo_reward.is_bare_number if s.pretrained else demo_reward.in_answer_format
-    record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=in_format)
+    record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=s.in_format)
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))
     result = result_of(spec, key, record, time.time() - started, folder / "rollouts")

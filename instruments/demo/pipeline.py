@@ -86,6 +86,11 @@ class DemoSettings:
     def pretrained(self) -> bool:
         return self.model != TINY
 
+    def in_format(self, response: str) -> bool:
+        """The answer format the demo's tables count: the verifier's marker (the tiny model), or the number alone (a
+        pretrained model, told "Answer with the number only.")."""
+        return demo_reward.is_bare_number(response) if self.pretrained else demo_reward.in_answer_format(response)
+
     def compute_dtype(self) -> str:
         """bf16 or fp32: the tiny model's is fp32; bf16 backward is >50x slower without AVX-512-BF16 (cpu_tiny.yaml)."""
         if not self.pretrained:
@@ -418,7 +423,7 @@ def run_demo(s: DemoSettings, recommended: bool = False, report_only: bool = Fal
     plan: list[tuple[str, str, int, tuple[str, ...]]] = [(method, method, s.n, ()) for method in METHODS]
     if recommended:
         plan.append(recommended_run())
-    in_format = demo_reward.is_bare_number if s.pretrained else demo_reward.in_answer_format
+    in_format = s.in_format
     runs: dict[str, report.RunRecord] = {}
     start = None
     for label, method, n, extra in plan:
