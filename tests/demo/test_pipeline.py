@@ -145,3 +145,16 @@ def test_the_demo_says_which_cpu_it_runs_on_before_anything_else(tmp_path, monke
         pipeline.run_demo(DemoSettings(work_dir=tmp_path))
     first = capsys.readouterr().out.splitlines()[0]
     assert first == f"[demo] {describe_cpu()}" and first.startswith("[demo] CPU: ")
+
+
+def test_a_pretrained_runs_hang_guard_grows_with_its_steps():
+    """The fixed 30-minute guard killed SmolLM2's 40-step runs (the settings sweep's first run, 2026-12-03): a
+    pretrained model's bound grows with the steps, the tiny model's stays, and an explicit one wins."""
+    from instruments.demo import pipeline
+
+    tiny = DemoSettings(work_dir=Path("w"), steps=40)
+    smol = DemoSettings(work_dir=Path("w"), steps=40, model="smollm2")
+    assert tiny.run_timeout_s() == pipeline.TINY_RUN_TIMEOUT_S
+    assert smol.run_timeout_s() == pipeline.PRETRAINED_START_TIMEOUT_S + 40 * pipeline.PRETRAINED_STEP_TIMEOUT_S
+    assert smol.run_timeout_s() > 40 * 157  # the slowest step measured, beside another job
+    assert DemoSettings(work_dir=Path("w"), model="smollm2", timeout_s=60.0).run_timeout_s() == 60.0
