@@ -3,7 +3,8 @@ on CPU: several seeds, the same rollout budget for every arm, validated on held-
 seed with a reference arm; writes tables and a plot into docs/benchmarks.md (docs/benchmarks.md says more).
 
 Runs unattended for hours and resumes: run the same command again after an interruption, and the finished runs
-are skipped (an unfinished one restarts). Ctrl-C or SIGTERM stops the current verl run and every process it started.
+are skipped (an unfinished one resumes from its last checkpoint, saved at every validation step). Ctrl-C or
+SIGTERM stops the current verl run and every process it started.
 
     python scripts/compare_cpu.py                                   # GRPO and BV-Blend at n=4 and n=2, 3 seeds
     python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
@@ -69,7 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="tiny (built here and warmed up, the default), smollm2 (SmolLM2-135M-Instruct, offline) or a "
                         "local HF causal LM folder; a pretrained model's regime summary is pretrained_lm.json")
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
-                   help="a pretrained model's compute dtype, one for every run (bf16 needs AVX-512-BF16)")
+                   help="a pretrained model's compute dtype, one for every run (auto: bf16 with AMX, else fp32; "
+                   "bf16 needs AVX-512-BF16)")
     a = p.parse_args(argv)
     if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
         p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")

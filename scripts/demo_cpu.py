@@ -34,7 +34,7 @@ def main() -> None:
                    help="responses per held-out prompt (T=1) in every validation, the shared start included")
     p.add_argument("--num-clusters", type=int, help="codebook size K")
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), help="a pretrained model's compute dtype (auto: bf16 "
-                   "where the CPU has AVX-512-BF16)")
+                   "with AMX, else fp32: scripts/bench_dtype.py compares them on your CPU)")
     p.add_argument("--recommended", action="store_true",
                    help="also train the setting the README recommends (a third run, from the same start)")
     p.add_argument("--report-only", action="store_true",

@@ -10,9 +10,9 @@ draws) and vLLM's sampling; every run of a comparison shares one task, training 
 with a reference arm paired by seed.
 
 Resuming: a run is done when its ``result.json`` exists (written atomically after the run has finished and been
-read); a restarted comparison skips done runs. A run that was interrupted restarts from scratch (its folder is
-emptied): a run is ~10 minutes, and verl's file logger truncates its metrics file on a resume, so resuming from
-verl's checkpoint would save little and split one run's log over several files.
+read); a restarted comparison skips done runs. Each run saves verl's checkpoint at every validation step, and a run
+that was interrupted resumes from its latest usable one (instruments.demo.resume: a SmolLM2 run is about an hour);
+one without a checkpoint restarts from scratch.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from instruments.demo import report
+from instruments.demo import report, resume
 from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
 from instruments.machine import describe_cpu
 
@@ -243,6 +242,20 @@ def fresh_run_dir(out: Path, spec: RunSpec) -> Path:
     return path
 
 
+def resumable_run_dir(out: Path, spec: RunSpec) -> tuple[Path, Path | None]:
+    """The run's folder and the checkpoint to resume from: an interrupted attempt's latest usable checkpoint (its
+    folder set back to it), or none (an empty folder: the run starts from scratch)."""
+    path = run_dir(out, spec)
+    step = resume.resume_step(path) if path.is_dir() else None
+    if step is None:
+        fresh_run_dir(out, spec)
+        resume.start_attempt(path, None)
+        return path, None
+    resume.prepare_resume(path, step)
+    resume.start_attempt(path, step)
+    return path, path / resume.CHECKPOINTS / f"global_step_{step}"
+
+
 # ------------------------------------------------------------------------------------ what a run logged besides
 ADV_MAX, ADV_MIN = "critic/advantages/max", "critic/advantages/min"  # verl's, over the valid tokens of a step
 OWN_ABS_MAX = ("bv_blend/abs_advantage_max",)  # an estimator's own, where verl's is missing
@@ -382,25 +395,29 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
             on_step: Callable[[int], None] = lambda step: None) -> dict:
     """Runs one spec from scratch, reads it, saves and returns its result. The verl run runs in this thread, so that
     an interrupt reaches run_trainer, which then stops every process of the run."""
-    folder = fresh_run_dir(out, spec)
+    folder, resume_from = resumable_run_dir(out, spec)
     stop = threading.Event()
     follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
     follower.start()
-    started = time.time()
-    started_utc = utc_now()
     try:
-        run_method(s, spec.estimator, prepared, folder, n=spec.n, batch=spec.batch, seed=spec.seed,
-                   extra=run_overrides(spec, prepared.priors))
+        # a resumed run's start was validated by its first attempt
+        run_method(s, spec.estimator, prepared, folder, own_start=resume_from is None, empty_first=False, n=spec.n,
+                   batch=spec.batch, seed=spec.seed, extra=run_overrides(spec, prepared.priors),
+                   checkpoint_every=s.test_freq, resume_from=resume_from)
     finally:
         stop.set()
         follower.join()
+    attempts = resume.finish_attempt(folder)
     record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=s.in_format)
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))
-    result = result_of(spec, key, record, time.time() - started, folder / "rollouts")
+    result = result_of(spec, key, record, sum(a["wall_s"] for a in attempts), folder / "rollouts")
     # when, and from which code: a comparison spans sessions and machines (issue 38)
-    result |= {"started_utc": started_utc, "ended_utc": utc_now(), "commit": code_commit()}
+    result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": utc_now(), "commit": code_commit()}
+    if len(attempts) > 1:
+        result["resumed_from_steps"] = [a["from_step"] for a in attempts[1:]]
     if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
         result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)
+    resume.drop_checkpoints(folder)
     return result

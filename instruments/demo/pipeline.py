@@ -107,12 +107,15 @@ class DemoSettings:
         return PRETRAINED_START_TIMEOUT_S + self.steps * PRETRAINED_STEP_TIMEOUT_S
 
     def compute_dtype(self) -> str:
-        """bf16 or fp32: the tiny model's is fp32; bf16 backward is >50x slower without AVX-512-BF16 (cpu_tiny.yaml)."""
+        """bf16 or fp32: the tiny model's is fp32. A pretrained model's "auto" is bf16 only with AMX: on an AVX-512-BF16
+        Xeon without it the actor's update is 1.5-1.7x slower in bf16 than in fp32 (scripts/bench_dtype.py), and
+        bf16 backward is >50x slower without AVX-512-BF16 (cpu_tiny.yaml), where an explicit bf16 is refused."""
         if not self.pretrained:
             return "fp32"
+        flags = cpu_flags()
         if self.dtype == "auto":
-            return "bf16" if cpu_flags()["avx512_bf16"] else "fp32"
-        if self.dtype == "bf16" and not cpu_flags()["avx512_bf16"]:
+            return "bf16" if flags.get("amx_bf16") else "fp32"
+        if self.dtype == "bf16" and not flags.get("avx512_bf16"):
             raise RuntimeError("dtype bf16 on a CPU without AVX-512-BF16, where bf16 backward is >50x slower than "
                                "fp32: run where the CPU has it (a comparison keeps one dtype for all its runs), or "
                                "choose fp32 for a new one")
@@ -295,11 +298,15 @@ def _prepared_from(saved: dict) -> Prepared:
 
 def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
                    batch: int | None = None, steps: int | None = None, seed: int | None = None,
-                   val_before_train: bool = True, extra: Sequence[str] = ()) -> list[str]:
+                   val_before_train: bool = True, extra: Sequence[str] = (), checkpoint_every: int = 0,
+                   resume_from: Path | None = None) -> list[str]:
     """The per-run hydra overrides on top of configs/cpu_tiny.yaml; identical between methods but the estimator.
 
     ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them);
     ``val_before_train=False`` skips verl's step-0 validation (the demo's second run, which shares the first's).
+    ``checkpoint_every`` > 0 saves verl's checkpoint (with the estimators' histories) every that many steps and at
+    the last, into the run folder; ``resume_from`` resumes from that ``global_step_N`` folder (instruments.demo.resume:
+    the comparison's interrupted runs), else the run starts from scratch.
     ``extra`` are an arm's own overrides (scripts/compare_cpu.py's arms: a history level, the prompt sampler); one
     that sets a key set here is refused, since two values for one key would leave it to hydra which one wins.
     """
@@ -338,6 +345,10 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
         f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
         f"trainer.validation_data_dir={run_dir / 'validation'}",
         f"trainer.total_epochs={epochs}",
+        f"trainer.save_freq={checkpoint_every if checkpoint_every > 0 else -1}",
+        "trainer.max_actor_ckpt_to_keep=2",  # the latest may be unusable (saved, its step never logged)
+        *(("trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}") if resume_from
+          else ("trainer.resume_mode=disable",)),
     ]
     keys = {_override_key(o) for o in base}
     clashes = [o for o in extra if _override_key(o) in keys]
@@ -374,15 +385,17 @@ def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threa
 
 
 def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
-              on_step: Callable[[int], None] | None = None) -> Path:
-    """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first: dumps of an earlier, longer run
-    would otherwise be read as this run's. Raises if the run fails. The run stays in this thread, so that an
-    interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from another."""
+              on_step: Callable[[int], None] | None = None, empty_first: bool = True) -> Path:
+    """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first (dumps of an earlier, longer run
+    would otherwise be read as this run's) unless the caller has prepared it (the comparison: an empty folder, or one
+    instruments.demo.resume has set back to its checkpoint). Raises if the run fails. The run stays in this thread, so
+    that an interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from
+    another."""
     from instruments.cpu.launch import run_trainer
 
-    if run_dir.exists():
+    if run_dir.exists() and empty_first:
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     log, metrics = run_dir / "verl.log", run_dir / "metrics.jsonl"
     stop = threading.Event()
@@ -403,14 +416,14 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
 
 
 def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
-               on_step: Callable[[int], None] | None = None, **run: Any) -> Path:
+               on_step: Callable[[int], None] | None = None, empty_first: bool = True, **run: Any) -> Path:
     """One training run of ``method`` into ``run_dir``; raises if it fails. ``run``: :func:`verl_overrides`' keywords.
 
     ``own_start=False`` skips verl's validation before training: the demo's second run is measured from the first
     run's step-0 validation (the shared start). scripts/compare_cpu.py keeps each run's own.
     """
     overrides = verl_overrides(s, method, prepared, run_dir, val_before_train=own_start, **run)
-    return _run_verl(s, method, overrides, run_dir, on_step)
+    return _run_verl(s, method, overrides, run_dir, on_step, empty_first=empty_first)
 
 
 def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:

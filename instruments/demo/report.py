@@ -67,6 +67,19 @@ def read_metrics(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).groupby("step").last().sort_index()
 
 
+def read_run_metrics(run_dir: Path) -> pd.DataFrame:
+    """A run folder's metrics over all its attempts (instruments.demo.resume: a resumed run's earlier attempts keep
+    their steps in ``metrics.part<i>.jsonl``); a step logged twice keeps its last line."""
+    from instruments.demo.resume import metrics_files
+
+    files = [path for path in metrics_files(run_dir) if path.is_file()]
+    frames = [read_metrics(path) for path in files if path.read_text().strip()]
+    if not frames:
+        return read_metrics(run_dir / "metrics.jsonl")  # its error names the missing run
+    merged = pd.concat(frames)
+    return merged[~merged.index.duplicated(keep="last")].sort_index()
+
+
 def training_steps(metrics: pd.DataFrame) -> pd.DataFrame:
     """The rows of training steps (step 0 is the validation before training)."""
     return metrics[metrics.index >= 1].dropna(subset=[STEP_TIME]) if STEP_TIME in metrics else metrics.iloc[0:0]
@@ -322,7 +335,7 @@ def read_run(method: str, run_dir: Path, question_family: dict[str, str],
     (``trainer.val_before_train=false``): the start's validation becomes the run's first point, so that its gain,
     tables and curves are measured from the shared start.
     """
-    metrics = read_metrics(run_dir / "metrics.jsonl")
+    metrics = read_run_metrics(run_dir)
     validation = validation_curve(metrics, family_sizes(question_family))
     samples = read_validation_dump(run_dir / "validation", question_family, in_format)
     if start is not None:

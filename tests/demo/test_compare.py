@@ -154,9 +154,10 @@ def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monke
     # the interrupted run left files but no result: it is still pending, the finished one is not
     assert (compare.run_dir(out, specs[1]) / "metrics.jsonl").exists()
     assert compare.pending(out, specs, key) == [specs[1]]
-    assert calls == [("grpo", {"n": 4, "batch": 2, "seed": 0, "extra": ()}),
-                     ("bv_blend", {"n": 4, "batch": 2, "seed": 0, "extra": compare.PROMPT_LEVEL})]
-    # restart: only the pending run runs again, in an emptied folder
+    fresh = {"own_start": True, "empty_first": False, "checkpoint_every": s.test_freq, "resume_from": None}
+    assert calls == [("grpo", {"n": 4, "batch": 2, "seed": 0, "extra": (), **fresh}),
+                     ("bv_blend", {"n": 4, "batch": 2, "seed": 0, "extra": compare.PROMPT_LEVEL, **fresh})]
+    # restart: only the pending run runs again, in an emptied folder (it left no checkpoint to resume from)
     (compare.run_dir(out, specs[1]) / "leftover.txt").write_text("from the interrupted attempt")
     monkeypatch.setattr(compare, "run_method", _fake_verl(calls))
     for spec in compare.pending(out, specs, key):
@@ -167,6 +168,77 @@ def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monke
     result = compare.load_result(out, specs[1], key)
     assert result["spec"]["arm"] == "bv_blend_prompt" and set(result["validation"]) == {"0", "2", "4"}
     assert result["summary"]["signal ratio"] == pytest.approx(0.875)
+
+
+def _copy_steps(source: Path, folder: Path, steps: range, metrics: str = "metrics.jsonl") -> None:
+    """verl's files of ``steps`` from a whole fake run: as an attempt that logged only those would have left them."""
+    lines = [line for line in (source / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["step"] in steps]
+    (folder / metrics).write_text("".join(line + "\n" for line in lines))
+    for dump in ("rollouts", "validation"):
+        (folder / dump).mkdir(exist_ok=True)
+        for path in (source / dump).glob("*.jsonl"):
+            if int(path.stem) in steps:
+                (folder / dump / path.name).write_text(path.read_text())
+
+
+def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_as_one_run(setup, monkeypatch):
+    """The first attempt saved checkpoints at steps 2 and 4 and died in step 4, after verl's save and before its
+    log (verl saves inside the step): the run resumes from step 2, the later checkpoint and step 3's files go, and the
+    result reads the two attempts as one run, the same as a run never interrupted."""
+    s, prepared, out, key = setup
+    spec = compare.grid([("bv_blend", 4)], 8, [0])[0]
+    whole = write_fake_run(out.parent / "whole", "bv_blend")
+    calls: list = []
+
+    def first_attempt(s, method, prepared, folder, **run):
+        calls.append(run)
+        _copy_steps(whole, folder, range(0, 4))
+        for step in (2, 4):
+            (folder / "checkpoints" / f"global_step_{step}").mkdir(parents=True)
+        (folder / "verl.log").write_text("attempt 1\n")
+        raise KeyboardInterrupt
+
+    def second_attempt(s, method, prepared, folder, **run):
+        calls.append(run)
+        assert not (folder / "rollouts" / "3.jsonl").exists(), "step 3 of the dead attempt was left"
+        assert compare.resume.checkpoint_steps(folder) == [2]
+        _copy_steps(whole, folder, range(3, 5))
+        (folder / "checkpoints" / "global_step_4").mkdir()
+        return folder
+
+    monkeypatch.setattr(compare, "run_method", first_attempt)
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_one(s, prepared, out, spec, key)
+    folder = compare.run_dir(out, spec)
+    assert compare.resume.resume_step(folder) == 2
+    monkeypatch.setattr(compare, "run_method", second_attempt)
+    result = compare.run_one(s, prepared, out, spec, key)
+    assert [(c["own_start"], c["resume_from"]) for c in calls] == [
+        (True, None), (False, folder / "checkpoints" / "global_step_2")]
+    assert result["resumed_from_steps"] == [2]
+    assert (folder / "metrics.part1.jsonl").is_file() and (folder / "verl.part1.log").read_text() == "attempt 1\n"
+    assert not (folder / "checkpoints").exists(), "a finished run keeps its ~1.6 GB checkpoints"
+    assert len(compare.resume.read_attempts(folder)) == 2
+
+    monkeypatch.setattr(compare, "run_method", _fake_verl([]))
+    uninterrupted = compare.run_one(s, prepared, out.parent / "out2", spec, key)
+    same = ("validation", "families_after", "signal", "visits")
+    assert {k: result[k] for k in same} == {k: uninterrupted[k] for k in same}
+    timeless = {k: v for k, v in result["summary"].items() if "time" not in k and "steps s" not in k}
+    other = {k: v for k, v in uninterrupted["summary"].items() if k in timeless}
+    assert json.dumps(timeless, sort_keys=True) == json.dumps(other, sort_keys=True)  # NaN is NaN here
+
+
+def test_resume_step_needs_a_checkpoint_whose_step_was_logged(tmp_path):
+    from instruments.demo import resume
+
+    assert resume.resume_step(tmp_path) is None  # nothing yet
+    (tmp_path / "checkpoints" / "global_step_4").mkdir(parents=True)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2, "data": {}}\n{"step": 3, "data": {}}\n{"step": 4, "da')
+    assert resume.resume_step(tmp_path) is None  # step 4 half-written: not logged, and no earlier checkpoint
+    (tmp_path / "checkpoints" / "global_step_2").mkdir()
+    assert resume.resume_step(tmp_path) == 2
 
 
 def test_a_changed_arm_definition_refuses_its_old_results(setup, monkeypatch):

@@ -158,3 +158,21 @@ def test_a_pretrained_runs_hang_guard_grows_with_its_steps():
     assert smol.run_timeout_s() == pipeline.PRETRAINED_START_TIMEOUT_S + 40 * pipeline.PRETRAINED_STEP_TIMEOUT_S
     assert smol.run_timeout_s() > 40 * 157  # the slowest step measured, beside another job
     assert DemoSettings(work_dir=Path("w"), model="smollm2", timeout_s=60.0).run_timeout_s() == 60.0
+
+
+def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkeypatch):
+    """The demo's runs start in an emptied folder; the comparison's keep what it prepared there (a resumed run's
+    earlier attempts: the bug this guards, where the first attempt's record was wiped by the run it recorded)."""
+    from instruments.cpu import launch
+    from instruments.demo import pipeline
+
+    prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
+                        question_family=QUESTION_FAMILY)
+    monkeypatch.setattr(launch, "run_trainer", lambda overrides, log_path, metrics_path, timeout_s: 0)
+    s = DemoSettings(work_dir=tmp_path, steps=4, test_freq=2)
+    folder = tmp_path / "run"
+    for empty_first, kept in ((False, True), (True, False)):
+        folder.mkdir(exist_ok=True)
+        (folder / "attempts.json").write_text("[]")
+        pipeline.run_method(s, "grpo", prepared, folder, empty_first=empty_first)
+        assert (folder / "attempts.json").exists() == kept

@@ -51,6 +51,10 @@ def test_the_keys_say_which_model_and_dtype_made_a_result(tmp_path: Path, monkey
     with pytest.raises(RuntimeError, match="without AVX-512-BF16.*one dtype for all its runs"):
         DemoSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype()
     monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": True})
+    # without AMX, bf16's update is the slower (scripts/bench_dtype.py): auto is fp32, an explicit bf16 runs
+    assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"
+    assert DemoSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype() == "bf16"
+    monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": True, "amx_bf16": True})
     assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "bf16"
     with pytest.raises(ValueError, match="not auto, bf16 or fp32"):
         DemoSettings(work_dir=tmp_path, dtype="fp16")
