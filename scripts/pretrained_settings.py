@@ -29,7 +29,7 @@ SETTINGS_FILE = Path(__file__).resolve().parents[1] / "docs" / "regime" / "pretr
 
 def sweep_command(out: Path, lr: float) -> list[str]:
     """The compare_cpu command of one learning rate: the comparison's settings, GRPO n=8 alone."""
-    return [sys.executable, str(Path(__file__).with_name("compare_cpu.py")), "--model", "smollm2", "--dtype", "bf16",
+    return [sys.executable, str(Path(__file__).with_name("compare_cpu.py")), "--model", "smollm2", "--dtype", "fp32",
             "--task", "wide", "--distinct-train", "--train-prompts", str(POOL), "--arms", "grpo:8",
             "--seeds", *map(str, SELECTION_SEEDS), "--rollouts-per-step", str(ROLLOUTS_PER_STEP),
             "--steps", str(MAX_STEPS), "--test-freq", str(EVAL_EVERY), "--val-samples", "4", "--lr", f"{lr:g}",

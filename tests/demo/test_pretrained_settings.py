@@ -122,7 +122,7 @@ def test_the_settings_sweep_is_grpo8_alone_on_selection_seeds_and_chooses_by_the
     command = sweep.sweep_command(tmp_path, 1e-5)
     a = load_script("compare_cpu").parse_args(command[2:])
     assert a.arm_sizes == [("grpo", 8)] and a.seeds == [100, 101] and a.pool == 64 * 40 and a.lr == 1e-5
-    assert (a.model, a.dtype, a.task, a.distinct_train, a.test_freq) == ("smollm2", "bf16", "wide", True, 5)
+    assert (a.model, a.dtype, a.task, a.distinct_train, a.test_freq) == ("smollm2", "fp32", "wide", True, 5)
     steps = list(range(0, 41, 5))
     rising = {str(s): 0.1 + 0.01 * s for s in steps}  # still improving at 40
     flat = {str(s): min(0.1 + 0.02 * s, 0.4) for s in steps}  # flat after step 15
