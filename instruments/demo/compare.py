@@ -277,7 +277,7 @@ def max_abs_advantage(metrics: pd.DataFrame) -> float:
     return float(max(own)) if own else float("nan")
 
 
-def between_steps_s(metrics: pd.DataFrame, rollout_dir: Path) -> float:
+def between_steps_s(metrics: pd.DataFrame, rollout_dir: Path, resumed_from: Sequence[int] = ()) -> float:
     """Mean wall time a step spends outside verl's step timer and its validation, from the rollout dump's times.
 
     verl's V1 trainer (the one the CPU harness runs, trainer/ppo/v1/trainer_base.py ``fit``) times ``step`` from
@@ -286,13 +286,14 @@ def between_steps_s(metrics: pd.DataFrame, rollout_dir: Path) -> float:
     between the dumps of steps k and k+1 lie the logging of step k, step k+1, its validation and its metrics; this
     subtracts the two timed parts, leaving what no timer of verl covers. The dump is written by verl's one-thread
     executor, a few milliseconds after it is handed over: a mean over steps is exact to about that. The gap after
-    step 1 is left out (step 2 of a run is still warming up vLLM's and the agent loop's first-use paths).
+    step 1 is left out (step 2 of a run is still warming up vLLM's and the agent loop's first-use paths), and so is
+    the gap after each step a resumed run restarted from (it spans the interruption and a whole start-up).
     """
     times = {int(p.stem): p.stat().st_mtime for p in rollout_dir.glob("*.jsonl") if p.stem.isdigit()}
     train = report.training_steps(metrics)
     gaps = []
     for k in sorted(times):
-        if k < 2 or k + 1 not in times or k + 1 not in train.index:
+        if k < 2 or k in resumed_from or k + 1 not in times or k + 1 not in train.index:
             continue
         testing = train.at[k + 1, TESTING_TIME] if TESTING_TIME in train else float("nan")
         gaps.append(times[k + 1] - times[k] - train.at[k + 1, report.STEP_TIME]
@@ -300,7 +301,7 @@ def between_steps_s(metrics: pd.DataFrame, rollout_dir: Path) -> float:
     return float(np.mean(gaps)) if gaps else float("nan")
 
 
-def extra_summary(metrics: pd.DataFrame, rollout_dir: Path) -> dict[str, float]:
+def extra_summary(metrics: pd.DataFrame, rollout_dir: Path, resumed_from: Sequence[int] = ()) -> dict[str, float]:
     """The comparison's numbers beyond the demo's run summary: max |A|, the advantage step's time, the time between
     steps, and the means over training steps of the sampler's and SPO's logged metrics (absent when not logged)."""
     train = report.training_steps(metrics)
@@ -308,7 +309,7 @@ def extra_summary(metrics: pd.DataFrame, rollout_dir: Path) -> dict[str, float]:
     out = {
         "max |A|": max_abs_advantage(metrics),
         "adv time ms": 1000 * float(steady[report.ADV_TIME].mean()) if report.ADV_TIME in steady else float("nan"),
-        "between steps s": between_steps_s(metrics, rollout_dir),
+        "between steps s": between_steps_s(metrics, rollout_dir, resumed_from),
     }
     for column in sorted(c for c in train.columns if c.startswith((SAMPLER_PREFIX, ADVISOR_PREFIX)) or c == SPO_P_HAT):
         out[column] = float(train[column].mean())
@@ -358,13 +359,13 @@ FILTER_GROUPS_PREFIX = "training/filter_groups/"
 
 
 def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall_s: float,
-              rollout_dir: Path | None = None) -> dict:
+              rollout_dir: Path | None = None, resumed_from: Sequence[int] = ()) -> dict:
     """What the tables and plots need from one run, small enough to keep forever."""
     summary = record.summary()
     summary["all-equal %"] = summary["all-right %"] + summary["all-wrong %"]
     visits = {}
     if rollout_dir is not None:
-        summary |= extra_summary(record.metrics, rollout_dir)
+        summary |= extra_summary(record.metrics, rollout_dir, resumed_from)
         visits = {"visits": visits_per_prompt(rollout_dir)}
     return {
         "spec": spec.describe(),
@@ -411,11 +412,12 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=s.in_format)
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))
-    result = result_of(spec, key, record, sum(a["wall_s"] for a in attempts), folder / "rollouts")
+    resumed_from = [a["from_step"] for a in attempts[1:]]
+    result = result_of(spec, key, record, sum(a["wall_s"] for a in attempts), folder / "rollouts", resumed_from)
     # when, and from which code: a comparison spans sessions and machines (issue 38)
     result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": utc_now(), "commit": code_commit()}
-    if len(attempts) > 1:
-        result["resumed_from_steps"] = [a["from_step"] for a in attempts[1:]]
+    if resumed_from:
+        result["resumed_from_steps"] = resumed_from
     if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
         result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, compare_report
+from instruments.demo import compare, compare_report, report
 from instruments.demo.pipeline import DemoSettings, Prepared, verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
@@ -284,6 +284,10 @@ def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_
     # validation: gap 2->3: 10 - 5 - 3 (step 3's validation) = 2; gap 3->4: 11 - 6 = 5; the gap after step 1 is left out
     assert summary["between steps s"] == pytest.approx(3.5)
     assert summary["adv time ms"] == pytest.approx(200.0)  # steps 2-4: 0.2, 0.1, 0.3 s
+    # a run resumed from step 2: the gap 2->3 spans the interruption and a start-up, and is left out
+    metrics = report.read_run_metrics(compare.run_dir(out, spec))
+    rollouts = compare.run_dir(out, spec) / "rollouts"
+    assert compare.between_steps_s(metrics, rollouts, resumed_from=[2]) == pytest.approx(5.0)
     table = compare_report.summary_table([compare.load_result(out, spec, key)])
     row = table.loc["spo_sampler n=1 (4 prompts)"]
     assert row["all-equal % (right + wrong)"] == "100.0 (75.0 + 25.0)" and row["signal ratio"] == "n/a"

@@ -1,0 +1,68 @@
+"""A long comparison's state, between its run folder and the repository: so that it resumes on another machine.
+
+A comparison of verl's CPU harness spans sessions and machines; what it needs to resume, and all its reports read,
+is small: its shared preparation (``prepared/``: task, codebook and, for the tiny model, the warmed-up weights) and
+each finished run's ``result.json``. ``save`` copies those from the run folder into the repository (rollouts, logs
+and checkpoints stay out); ``restore`` copies them back, to where they were made (the preparation's record holds
+absolute paths), after which the comparison's own command skips the finished runs.
+
+    python scripts/run_state.py save /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
+    python scripts/run_state.py restore /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
+
+A folder holding several comparisons (the settings sweep: one per learning rate) is saved whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+RESULT = "result.json"
+PREPARED = "prepared"
+
+
+def state_files(root: Path) -> list[Path]:
+    """The state under ``root``, relative to it: every comparison's ``prepared/`` files and its runs' results."""
+    files = []
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(root)
+        finished = path.name == RESULT and rel.parent.parent.name == "runs"
+        if finished or PREPARED in rel.parts[:-1]:
+            files.append(rel)
+    return files
+
+
+def copy_state(source: Path, target: Path) -> list[Path]:
+    """Copies the state of ``source`` into ``target`` (files there are replaced); returns what it copied."""
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source} is not a folder: give the comparison's --out folder (or the state's)")
+    files = state_files(source)
+    for rel in files:
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / rel, target / rel)
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=("save", "restore"))
+    p.add_argument("runs", type=Path, help="the comparison's --out folder")
+    p.add_argument("state", type=Path, help="the state's folder in the repository")
+    a = p.parse_args(argv)
+    source, target = (a.runs, a.state) if a.action == "save" else (a.state, a.runs)
+    try:
+        files = copy_state(source, target)
+    except FileNotFoundError as e:
+        print(f"[state] {e}", file=sys.stderr)
+        return 2
+    results = sum(rel.name == RESULT for rel in files)
+    print(f"[state] {a.action}: {len(files)} files ({results} finished runs) from {source} to {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
