@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import threading
 import time
@@ -48,6 +49,10 @@ PRETRAINED_INSTRUCTION = " Answer with the number only."
 TINY_RUN_TIMEOUT_S = 1800.0
 PRETRAINED_START_TIMEOUT_S = 1800.0
 PRETRAINED_STEP_TIMEOUT_S = 400.0
+# the CPU platform's deadline on each weight bucket's acknowledgement (instruments/cpu/rollout_patches.py, 60 s by
+# default): a pretrained model's fp32 bucket on a loaded 2-core machine missed it (the settings sweep's first fp32
+# run, 2026-12-03, step 2, load average ~27), so its runs wait longer unless the user set the variable
+PRETRAINED_SYNC_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -384,6 +389,15 @@ def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threa
             on_step(step)
 
 
+def run_env(s: DemoSettings) -> dict[str, str]:
+    """Environment a run adds: a pretrained model's longer weight-sync deadline, unless the user set one."""
+    from instruments.cpu.rollout_patches import SYNC_TIMEOUT_ENV
+
+    if not s.pretrained or SYNC_TIMEOUT_ENV in os.environ:
+        return {}
+    return {SYNC_TIMEOUT_ENV: str(PRETRAINED_SYNC_TIMEOUT_S)}
+
+
 def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
               on_step: Callable[[int], None] | None = None, empty_first: bool = True) -> Path:
     """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first (dumps of an earlier, longer run
@@ -404,7 +418,8 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
         follower = threading.Thread(target=follow_steps, args=(metrics, on_step, stop), daemon=True)
         follower.start()
     try:
-        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.run_timeout_s())
+        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.run_timeout_s(),
+                         extra_env=run_env(s))
     finally:
         stop.set()
         if follower is not None:

@@ -69,7 +69,7 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
     monkeypatch.setattr(pipeline, "prepare", lambda s: prepared)
     runs: list[dict[str, str]] = []
 
-    def fake_run_trainer(overrides, log_path, metrics_path, timeout_s):
+    def fake_run_trainer(overrides, log_path, metrics_path, timeout_s, extra_env=None):
         o = dict(item.lstrip("+").split("=", 1) for item in overrides)
         runs.append(o)
         folder = Path(o["trainer.validation_data_dir"]).parent
@@ -168,7 +168,7 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
 
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
-    monkeypatch.setattr(launch, "run_trainer", lambda overrides, log_path, metrics_path, timeout_s: 0)
+    monkeypatch.setattr(launch, "run_trainer", lambda overrides, log_path, metrics_path, timeout_s, extra_env: 0)
     s = DemoSettings(work_dir=tmp_path, steps=4, test_freq=2)
     folder = tmp_path / "run"
     for empty_first, kept in ((False, True), (True, False)):
@@ -176,3 +176,16 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
         (folder / "attempts.json").write_text("[]")
         pipeline.run_method(s, "grpo", prepared, folder, empty_first=empty_first)
         assert (folder / "attempts.json").exists() == kept
+
+
+def test_a_pretrained_run_waits_longer_for_each_weight_bucket_unless_the_user_says(monkeypatch):
+    """The 60 s deadline on a weight bucket's acknowledgement killed a SmolLM2 fp32 run on a loaded machine."""
+    from instruments.cpu.rollout_patches import SYNC_TIMEOUT_ENV
+    from instruments.demo import pipeline
+
+    monkeypatch.delenv(SYNC_TIMEOUT_ENV, raising=False)
+    assert pipeline.run_env(DemoSettings(work_dir=Path("w"))) == {}  # the tiny model: the platform's default
+    smol = DemoSettings(work_dir=Path("w"), model="smollm2")
+    assert pipeline.run_env(smol) == {SYNC_TIMEOUT_ENV: str(pipeline.PRETRAINED_SYNC_TIMEOUT_S)}
+    monkeypatch.setenv(SYNC_TIMEOUT_ENV, "90")
+    assert pipeline.run_env(smol) == {}  # the user's value passes through run_trainer's environment
