@@ -36,7 +36,7 @@ PROBE_HOOKS = (
     "import verl.trainer.ppo.v1.trainer_base as v1\n"
     "from bv_blend.verl import runtime\n"
     "from bv_blend.verl.patching import is_wrapped\n"
-    "names = ('__init__', '_compute_advantage', '_save_checkpoint', '_load_checkpoint')\n"
+    "names = ('__init__', '_compute_advantage', '_compute_metrics', '_save_checkpoint', '_load_checkpoint')\n"
     "targets = [(v1.PPOTrainer, n) for n in names]\n"
     "targets += [(legacy.RayPPOTrainer, n) for n in ('__init__', '_save_checkpoint', '_load_checkpoint')]\n"
     "targets += [(legacy, 'compute_advantage'), (legacy, 'compute_data_metrics')]\n"

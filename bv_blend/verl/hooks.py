@@ -13,13 +13,14 @@ colocate_async and separate_async modes, none of which overrides these methods):
                           that the options of the estimator built at trainer start build from the fields they ask
                           for, read from TransferQueue), then add the channel's metrics (the estimator's, and the
                           prompt sampler's) to the step's ``metrics``;
+  ``_compute_metrics``    add ``reward/verifier_failures`` to the step's ``metrics`` (every run, as legacy does);
   ``_save_checkpoint``    write ``global_step_N/<record.state_file>`` (before verl's save, see ``state.py``);
   ``_load_checkpoint``    restore it after verl's load.
 
 Legacy (``verl.trainer.ppo.ray_trainer``, ``trainer.use_v1=false``): the same three ``RayPPOTrainer`` methods,
 plus the module globals that ``RayPPOTrainer.fit`` calls: ``compute_advantage`` (the same channel, its inputs built
 from ``data.non_tensor_batch``; the metrics it returns ride on the batch's ``meta_info``) and
-``compute_data_metrics`` (moves them into the step dict).
+``compute_data_metrics`` (moves them into the step dict, and adds ``reward/verifier_failures``).
 
 NTF's ``ntf/*`` metrics need no hook: the loss returns them and verl logs them with the actor's (``actor/ntf/*``).
 """
@@ -40,7 +41,7 @@ from bv_blend.verl.records import record_for
 # Where the legacy trainer's batch carries the estimator's metrics from compute_advantage to compute_data_metrics.
 METRICS_KEY = "bv_blend_metrics"
 # The reward_extra_info key of the paper's reward (bv_blend.paper.rewards.FAILURE_KEY: 1.0 where math-verify failed
-# on the answer), and the step metric that sums it; verl's training loop logs reward extras nowhere else.
+# on the answer), and the step metric that sums it; neither trainer's training loop logs reward extras otherwise.
 VERIFIER_FAILURE_KEY = "verifier_failure"
 VERIFIER_FAILURES_METRIC = "reward/verifier_failures"
 
@@ -108,6 +109,7 @@ def install_v1(trainer_base: Any) -> None:
     install_sampler(trainer_base)
     _install_trainer_hooks(trainer_cls, legacy=False)
     wrap(trainer_cls, "_compute_advantage", ("self", "batch", "metrics"), _v1_compute_advantage)
+    wrap(trainer_cls, "_compute_metrics", ("self", "batch", "metrics"), _v1_compute_metrics)
 
 
 def _v1_compute_advantage(original: Callable) -> Callable:
@@ -142,6 +144,47 @@ def _v1_fetch(batch: Any, fields: tuple[str, ...]) -> dict[str, list | None]:
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(fields))
     present = set(data.keys())
     return {name: list(data[name]) if name in present else None for name in fields}
+
+
+def _v1_compute_metrics(original: Callable) -> Callable:
+    # fit calls _compute_metrics once per step, on the step's whole batch (every parameter_sync_step mini-batch)
+    # and before it clears the batch from TransferQueue: the one V1 place where a step's reward extras are still
+    # readable and its logged metrics still open.
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        result = original(self, batch, metrics, *args, **kwargs)
+        failures = _v1_verifier_failures(batch)
+        if failures is not None:
+            metrics[VERIFIER_FAILURES_METRIC] = failures
+        return result
+
+    return _compute_metrics
+
+
+def _v1_verifier_failures(batch: Any) -> float | None:
+    """The sum of ``verifier_failure`` over the batch's real rows; ``None`` where no row's reward gave one.
+
+    The streaming reward loop leaves a row's extras in its ``extra_fields["reward_extra_info"]``; a colocated reward
+    model's are written back as fields of their own (``PPOTrainer._compute_reward_colocate``). verl's padding rows
+    copy the first row's fields, so they are left out, as verl's own metrics leave them out.
+    """
+    keys = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+    if not keys:
+        return None
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(
+        keys=keys, partition_id=batch.partition_id, select_fields=[VERIFIER_FAILURE_KEY, "extra_fields"]
+    )
+    present = set(data.keys())  # TransferQueue omits a field no row has
+    if VERIFIER_FAILURE_KEY in present:
+        values = list(data[VERIFIER_FAILURE_KEY])
+    else:
+        rows = [getattr(row, "data", row) for row in data["extra_fields"]] if "extra_fields" in present else []
+        infos = [(row.get("reward_extra_info") or {}) if isinstance(row, dict) else {} for row in rows]
+        values = [info[VERIFIER_FAILURE_KEY] for info in infos if VERIFIER_FAILURE_KEY in info]
+        if not values:
+            return None
+    return float(sum(float(value) for value in values if value is not None))
 
 
 # ---------------------------------------------------------------------------------------------- legacy

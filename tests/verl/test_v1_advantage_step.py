@@ -1,10 +1,12 @@
-"""The V1 trainer's advantage step (verl's default) on a real TransferQueue started on CPU.
+"""The V1 trainer's advantage step (verl's default), and its step metrics, on a real TransferQueue started on CPU.
 
 Rows are put into TransferQueue the way ``AgentLoopWorkerTQ`` does (key ``{uid}_{session}_{i}``, every dataset
-column incl. ``extra_info``), in shuffled order; verl's real ``upsample_batch_to_divisible_size`` appends its
-synthetic padding rows. Then verl's real ``PPOTrainer._compute_advantage`` (patched by our plugin) runs on a
-``PPOTrainerSync`` built with ``object.__new__`` and only ``config`` set: ``__init__``/``init()`` would start Ray
-workers on GPUs, and ``_compute_advantage`` reads nothing else. Ray + TransferQueue start-up takes ~30-70 s here.
+column incl. ``extra_info``, the agent loop's ``num_turns`` and ``extra_fields``, the staleness tags), in shuffled
+order; verl's real ``upsample_batch_to_divisible_size`` appends its synthetic padding rows. Then verl's real
+``PPOTrainer._compute_advantage`` (patched by our plugin) runs on a ``PPOTrainerSync`` built with ``object.__new__``
+and only ``config`` set: ``__init__``/``init()`` would start Ray workers on GPUs, and ``_compute_advantage`` reads
+nothing else (``_compute_metrics`` reads a few more attributes, set by the test that calls it). Ray + TransferQueue
+start-up takes ~30-70 s here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from bv_blend import BVBlendEstimator
 from bv_blend.verl import runtime
-from tests.verl._helpers import K, compose_config, padded, step_rows
+from tests.verl._helpers import K, compose_config, minimal_trainer, padded, step_rows
 
 pytestmark = pytest.mark.slow
 tq = pytest.importorskip("transfer_queue")
@@ -58,9 +60,12 @@ def _put_rows(rows: list[dict], partition_id: str):
                 "response_mask": row["response_mask"],
                 "rm_scores": row["rm_scores"],
                 "rollout_log_probs": torch.zeros(response.numel()),
+                "num_turns": 2,
+                "extra_fields": row.get("extra_fields", {"min_global_steps": 0, "max_global_steps": 0}),
             }
         )
-        tags.append({"status": "success", "global_steps": 0, "response_len": response.numel()})
+        tags.append({"status": "success", "global_steps": 0, "response_len": response.numel(),
+                     "min_global_steps": 0, "max_global_steps": 0})  # fmt: skip
     keys = [row["key"] for row in rows]
     return tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(fields), tags=tags)
 
@@ -301,3 +306,55 @@ def test_v1_prompt_histories_get_each_rows_prompt_key_from_transfer_queue(transf
         assert {k: metrics[k] for k in reference.metrics} == pytest.approx(reference.metrics, rel=1e-12)
     prefix = "spo/prompts_tracked" if estimator == "spo" else "bv_blend/prompts_tracked"
     assert metrics[prefix] == len(set(keys.tolist()))  # step_rows repeats its prompts: the second step revisited
+
+
+# ------------------------------------------------------------------------------------------ the step's metrics
+@pytest.mark.parametrize(
+    ("estimator", "source"),
+    [("grpo", "reward_loop"), ("bv_blend", "reward_loop"), ("grpo", "colocated"), ("grpo", "no_such_key")],
+)
+def test_v1_step_metrics_count_the_verifier_failures(transfer_queue, estimator, source):
+    """verl's real V1 ``_compute_metrics`` (patched by the plugin) after the step's ``_compute_advantage``: the
+    reward's ``verifier_failure`` is summed over the real rows into ``reward/verifier_failures``, for any estimator,
+    whether the streaming reward loop left it in each row's ``extra_fields["reward_extra_info"]`` or a colocated
+    reward model wrote it back as a field (``_compute_reward_colocate``). verl's padding rows copy the first row
+    (a failure here) and are not counted. A reward without the key gives no such metric."""
+    from verl.single_controller.ray import ResourcePoolManager
+    from verl.trainer.ppo.metric_utils import RolloutMoELoadBalanceMetricsAccumulator
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from verl.utils import tensordict_utils as tu
+
+    rows = random.Random(9).sample(step_rows(9), len(step_rows(9)))
+    failures = [float(i % 3 == 0) for i in range(len(rows))]  # the first row (the padding's template) failed
+    for row, failure in zip(rows, failures, strict=True):
+        info = {"acc": row["rm_scores"][-1].item()}
+        if source == "reward_loop":
+            info["verifier_failure"] = failure
+        if source != "colocated":
+            row["extra_fields"] = {"min_global_steps": 0, "max_global_steps": 0, "reward_extra_info": info}
+    partition = f"metrics-{estimator}-{source}"
+    batch = _put_rows(rows, partition_id=partition)
+    if source == "colocated":  # as _compute_reward_colocate writes a reward model's extra keys, before padding
+        extras = {"verifier_failure": np.array(failures), "acc": np.array([r["rm_scores"][-1].item() for r in rows])}
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=partition, fields=tu.get_tensordict(extras))
+    batch = upsample_batch_to_divisible_size(batch, batch_multiple=8, eos_token_id=0)
+    assert len(batch.keys) == len(rows) + 2
+    batch = _put_old_log_probs(batch, partition_id=partition)
+
+    overrides = [f"algorithm.bv_blend.num_clusters={K}"] if estimator == "bv_blend" else []
+    config = compose_config([f"algorithm.adv_estimator={estimator}", *overrides, "actor_rollout_ref.rollout.n=4"])
+    trainer = minimal_trainer(PPOTrainerSync, config, global_steps=1)
+    trainer.resource_pool_manager = ResourcePoolManager(resource_pool_spec={"global_pool": [1]}, mapping={})
+    trainer._rollout_moe_lb_metrics_accumulator = RolloutMoELoadBalanceMetricsAccumulator(
+        config.actor_rollout_ref.model
+    )
+    metrics: dict = {}
+    batch = trainer._compute_advantage(batch, metrics)
+    trainer._compute_metrics(batch, metrics, {"step": 1.0, "gen": 0.5}, global_steps=1, epoch=0)
+
+    assert metrics["response_length/mean"] > 0  # verl's own step metrics, beside ours
+    if source == "no_such_key":
+        assert "reward/verifier_failures" not in metrics
+    else:
+        assert metrics["reward/verifier_failures"] == sum(failures) == 5.0
