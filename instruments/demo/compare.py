@@ -418,6 +418,7 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": utc_now(), "commit": code_commit()}
     if resumed_from:
         result["resumed_from_steps"] = resumed_from
+        result["attempt_cpus"] = [a.get("cpu", "unknown") for a in attempts]
     if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
         result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)

