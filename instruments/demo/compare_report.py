@@ -17,9 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
 
 from instruments import stats as lab_stats  # noqa: E402
+from instruments.demo import report  # noqa: E402
 from instruments.demo.compare import ARMS, SAMPLER_PREFIX, SPO_P_HAT, arm_label  # noqa: E402
 
 SECTION = "compare_cpu"  # the markers of the current comparison's results in docs/benchmarks.md
@@ -36,13 +36,8 @@ BEGIN, END = markers()
 
 # ---------------------------------------------------------------------------------------------------- summary
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval over seeds (nan with one seed)."""
-    x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) == 1:
-        return float(x[0]), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    """Mean and the half-width of its 95% t-interval over seeds, runs without the value left out (nan with one)."""
+    return report.mean_ci(np.asarray([v for v in values if not math.isnan(v)], dtype=float))
 
 
 def _arm_of(result: dict) -> tuple[str, int]:

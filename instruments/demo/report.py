@@ -44,6 +44,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from instruments.demo.reward import in_answer_format  # noqa: E402
+from instruments.stats import t_half_width  # noqa: E402
 
 REWARD = "critic/score/mean"
 STEP_TIME = "timing_s/step"
@@ -137,11 +138,11 @@ def _prompt_means(samples: pd.DataFrame, step: int, column: str = "score") -> pd
 
 
 def mean_ci(values: pd.Series | np.ndarray) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (n - 1 degrees of freedom; nan for a single value)."""
+    """Mean and the half-width of its 95% t-interval (instruments.stats.t_half_width: nan for a single value)."""
     x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return (float(x.mean()) if len(x) else float("nan")), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * stats.sem(x))
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    return float(x.mean()), float(t_half_width(x))
 
 
 def pass_rate_ci(samples: pd.DataFrame, step: int) -> tuple[float, float]:
