@@ -394,8 +394,9 @@ def filter_groups_of(metrics: pd.DataFrame) -> dict:
 # ---------------------------------------------------------------------------------------------------- running
 def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: dict[str, str],
             on_step: Callable[[int], None] = lambda step: None) -> dict:
-    """Runs one spec from scratch, reads it, saves and returns its result. The verl run runs in this thread, so that
-    an interrupt reaches run_trainer, which then stops every process of the run."""
+    """Runs one spec (from scratch, or from an interrupted attempt's checkpoint), reads it, saves and returns its
+    result. The verl run runs in this thread, so that an interrupt reaches run_trainer, which then stops every process
+    of the run."""
     folder, resume_from = resumable_run_dir(out, spec)
     stop = threading.Event()
     follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
