@@ -4,7 +4,8 @@ A comparison of verl's CPU harness spans sessions and machines; what it needs to
 is small: its shared preparation (``prepared/``: task, codebook and, for the tiny model, the warmed-up weights) and
 each finished run's ``result.json``. ``save`` copies those from the run folder into the repository (rollouts, logs
 and checkpoints stay out); ``restore`` copies them back, to where they were made (the preparation's record holds
-absolute paths), after which the comparison's own command skips the finished runs.
+absolute paths), after which the comparison's own command skips the finished runs. SmolLM2's converted
+folder stays out too: the comparison converts it again where this machine lacks it.
 
     python scripts/run_state.py save /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
     python scripts/run_state.py restore /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep

@@ -257,6 +257,7 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
         saved = json.loads(marker.read_text())
         if saved["key"] == s.preparation_key():
             print(f"[demo] reusing the task, model and codebook prepared in {s.work_dir}")
+            saved = _with_model_present(s, saved, marker)
             return _prepared_from(saved)
         differences = key_differences(saved["key"], s.preparation_key())
         raise ValueError(f"{s.work_dir} was prepared with other settings ({differences}; prepared: {saved['key']}); "
@@ -291,6 +292,23 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
              "codebook": str(codebook), "warmup_pass_rates": rates, "codebook_nmi": nmi}
     marker.write_text(json.dumps(saved, indent=2))
     return _prepared_from(saved)
+
+
+def _with_model_present(s: DemoSettings, saved: dict, marker: Path) -> dict:
+    """A preparation restored on another machine (scripts/run_state.py) lacks the model folder, which stays out of
+    the repository: SmolLM2 is converted again from the packaged file (the same bytes, checked by their hash) and the
+    record points at it; any other missing model is an error that names the fix, the record left as it was."""
+    model = Path(saved["model"])
+    if (model / "config.json").is_file():
+        return saved
+    if s.model == SMOLLM2:
+        saved = {**saved, "model": str(prepare_pretrained(s))}
+        marker.write_text(json.dumps(saved, indent=2))
+        return saved
+    made_by = "the tiny model's warm-up" if not s.pretrained else "--model"
+    raise FileNotFoundError(f"{marker} names the model folder {model} ({made_by}), which is not on this machine: "
+                            f"put it back there, or prepare again in a new work folder (the runs' results are kept "
+                            f"only with the preparation they were made from)")
 
 
 def _prepared_from(saved: dict) -> Prepared:

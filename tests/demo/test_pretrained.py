@@ -101,3 +101,31 @@ def test_the_last_number_scorer_refuses_rows_that_are_not_the_demo_s() -> None:
 def test_the_bare_number_format() -> None:
     assert is_bare_number("42") and is_bare_number(" 1,024\n") and is_bare_number("42.")
     assert not is_bare_number("The answer is 42.") and not is_bare_number("")
+
+
+def test_a_preparation_restored_on_another_machine_gets_its_model_converted_again(converted: Path,
+                                                                                   tmp_path: Path) -> None:
+    """scripts/run_state.py restores a comparison's preparation without the model folder (it stays out of the
+    repository): reusing it converts SmolLM2 again, where a user's model that is gone is refused, naming the fix."""
+    import pandas as pd
+
+    from instruments.demo import pipeline
+
+    settings = pipeline.DemoSettings(work_dir=tmp_path, model=pipeline.SMOLLM2)
+    val = tmp_path / "val.parquet"
+    pd.DataFrame({"extra_info": [{"question": "What is 2 + 3?", "family": "plus_tiny"}]}).to_parquet(val)
+    gone = tmp_path / "elsewhere" / "smollm2-135m-instruct"
+    saved = {"key": settings.preparation_key(), "model": str(gone), "train": str(tmp_path / "train.parquet"),
+             "val": str(val), "codebook": str(tmp_path / "codebook.npz"), "warmup_pass_rates": {}}
+    marker = tmp_path / "prepared.json"
+    marker.write_text(json.dumps(saved))
+
+    assert pipeline.prepare(settings, reuse=True).model == converted
+    assert json.loads(marker.read_text())["model"] == str(converted)
+
+    user_model = pipeline.DemoSettings(work_dir=tmp_path, model=str(gone))
+    marker.write_text(json.dumps({**saved, "key": user_model.preparation_key()}))
+    before = marker.read_text()
+    with pytest.raises(FileNotFoundError, match="is not on this machine: put it back there"):
+        pipeline.prepare(user_model, reuse=True)
+    assert marker.read_text() == before
