@@ -35,6 +35,7 @@ from instruments.demo import compare, compare_report, no_revisit
 from instruments.demo.pipeline import TINY, DemoSettings, prepare
 from instruments.demo.task import TASKS
 from instruments.machine import describe_cpu
+from instruments.provenance import committed_file
 
 DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (docs/benchmarks.md)
 
@@ -50,10 +51,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rollouts-per-step", type=int, default=32, help="prompts x group size, the same for every arm")
     p.add_argument("--train-prompts", type=int, default=None,
                    help="training rows every run draws from (default: steps x the largest batch, each row once)")
-    p.add_argument("--steps", type=int, default=100, help="RL steps per run")
+    p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 100)")
     p.add_argument("--test-freq", type=int, default=20, help="validate every this many steps (and before and after)")
     p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
-    p.add_argument("--lr", type=float, default=DemoSettings.lr)
+    p.add_argument("--lr", type=float, default=None, help=f"the actor's learning rate (default {DemoSettings.lr:g})")
+    p.add_argument("--settings", type=Path, default=None, metavar="FILE",
+                   help="lr and steps from this committed file (docs/regime/pretrained_lm_settings.json, written by "
+                        "scripts/pretrained_settings.py): refused if uncommitted, changed, or beside --lr/--steps; "
+                        "the report names its commit")
     p.add_argument("--warmup-steps", type=int, default=DemoSettings.warmup_steps)
     p.add_argument("--task", choices=sorted(TASKS), default="demo",
                    help="the task's families (instruments/demo/task.py; wide: enough for a pool never drawn twice)")
@@ -73,6 +78,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="a pretrained model's compute dtype, one for every run (auto: bf16 with AMX, else fp32; "
                    "bf16 needs AVX-512-BF16)")
     a = p.parse_args(argv)
+    try:
+        fixed_settings(a)
+    except ValueError as e:
+        p.error(str(e))
     if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
         p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
     try:
@@ -90,6 +99,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     except ValueError as e:
         p.error(str(e))
     return a
+
+
+def fixed_settings(a: argparse.Namespace) -> None:
+    """lr and steps: from ``--settings`` (a committed file, whose commit the report names), else the flags or their
+    defaults. Both at once are refused: a comparison's settings are fixed before its runs, in one place."""
+    a.settings_commit = None
+    if a.settings is None:
+        a.lr = DemoSettings.lr if a.lr is None else a.lr
+        a.steps = 100 if a.steps is None else a.steps
+        return
+    if a.lr is not None or a.steps is not None:
+        raise ValueError(f"--settings {a.settings} fixes lr and steps: drop --lr/--steps")
+    if not a.settings.is_file():
+        raise ValueError(f"--settings {a.settings}: no such file (scripts/pretrained_settings.py writes it)")
+    a.settings_commit = committed_file(a.settings)
+    fixed = json.loads(a.settings.read_text())
+    missing = {"lr", "steps"} - set(fixed)
+    if missing:
+        raise ValueError(f"--settings {a.settings} lacks {sorted(missing)}: not a settings file of "
+                         "scripts/pretrained_settings.py")
+    a.lr, a.steps = float(fixed["lr"]), int(fixed["steps"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -151,7 +181,8 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
                 **({} if s.task == "demo" and not s.distinct_train else
                    {"task": s.task, "distinct train prompts": s.distinct_train}), "lr": a.lr,
                 "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
-                "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}"}
+                "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}",
+                **({} if a.settings_commit is None else {"settings from": f"{a.settings} at {a.settings_commit}"})}
     wall_s = None if a.report else time.time() - started  # --report (the only caller with missing runs) runs nothing
     here = describe_cpu()  # where this report is written: the runs' machine when they did not record theirs
     generated = compare_report.results_markdown(results, command, here, png.name, wall_s,

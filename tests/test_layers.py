@@ -27,7 +27,7 @@ VERL_FREE_BELOW = LAYERS["verl"]
 
 # instruments' top-level packages and modules, bottom (0) to top. Each may import any of the product.
 INSTRUMENT_LAYERS: dict[str, int] = {
-    "stats": 0, "machine": 0,                       # statistics over seeds; the machine's description
+    "stats": 0, "machine": 0, "provenance": 0,      # statistics over seeds; the machine; the commits run
     "allocation": 0,                                # the oracle (Knapsack) allocation of the regime's limits
     "rule": 1,                                      # the one rule that judges every arm (docs/regime.md)
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -35,6 +34,7 @@ import pandas as pd
 from instruments.demo import report, resume
 from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
 from instruments.machine import describe_cpu
+from instruments.provenance import code_commit
 
 RESULT_FILE = "result.json"
 
@@ -339,18 +339,6 @@ def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def code_commit() -> str:
-    """The checkout's commit, marked ``+dirty`` where tracked files differ from it ("unknown" outside git)."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 # verl's dynamic sampling (algorithm.filter_groups) logs what it drew beyond the batch: kept with the result, so that

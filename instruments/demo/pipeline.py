@@ -299,7 +299,7 @@ def _with_model_present(s: DemoSettings, saved: dict, marker: Path) -> dict:
     the repository: SmolLM2 is converted again from the packaged file (the same bytes, checked by their hash) and the
     record points at it; any other missing model is an error that names the fix, the record left as it was."""
     model = Path(saved["model"])
-    if (model / "config.json").is_file():
+    if model.is_dir():
         return saved
     if s.model == SMOLLM2:
         saved = {**saved, "model": str(prepare_pretrained(s))}

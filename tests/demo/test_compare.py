@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -482,6 +483,41 @@ def test_script_checks_arguments_before_any_work(capsys):
         with pytest.raises(SystemExit):
             script.parse_args(bad)
         assert message in capsys.readouterr().err
+
+
+def _git(repo, *args):
+    # an identity of its own: CI's clean machine has no git user, and a commit without one fails
+    subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", *args], cwd=repo,
+                   check=True, capture_output=True)
+
+
+def test_script_takes_lr_and_steps_from_a_committed_settings_file_only(tmp_path, capsys):
+    script = load_script("compare_cpu")
+    settings = tmp_path / "pretrained_lm_settings.json"
+    settings.write_text(json.dumps({"lr": 1e-5, "steps": 40, "rules": "selection.py"}))
+    arms = ["--arms", "grpo:8", "--rollouts-per-step", "64"]
+
+    def refused(args, message):
+        with pytest.raises(SystemExit):
+            script.parse_args([*arms, *args])
+        assert message in capsys.readouterr().err
+
+    refused(["--settings", str(settings)], "is not in a git checkout")
+    _git(tmp_path, "init", "-q")
+    refused(["--settings", str(settings)], "is not committed")
+    _git(tmp_path, "add", settings.name)
+    _git(tmp_path, "commit", "-qm", "settings")
+    a = script.parse_args([*arms, "--settings", str(settings)])
+    commit = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert (a.lr, a.steps, a.settings_commit, a.pool) == (1e-5, 40, commit, 40 * 8)
+    refused(["--settings", str(settings), "--lr", "2e-5"], "drop --lr/--steps")
+    refused(["--settings", str(settings), "--steps", "20"], "drop --lr/--steps")
+    refused(["--settings", str(tmp_path / "absent.json")], "no such file")
+    settings.write_text(json.dumps({"lr": 2e-5, "steps": 40}))
+    refused(["--settings", str(settings)], f"differs from its commit {commit}")
+    a = script.parse_args(arms)  # without the file: the flags' defaults, and no commit to name
+    assert (a.lr, a.steps, a.settings_commit) == (DemoSettings.lr, 100, None)
 
 
 def test_script_refuses_an_out_folder_made_with_other_settings(tmp_path, monkeypatch):
