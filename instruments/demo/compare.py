@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from instruments.demo import report, resume
-from instruments.demo.pipeline import DemoSettings, Prepared, follow_steps, run_method
+from instruments.demo.pipeline import DemoSettings, Prepared
+from instruments.demo.verl_run import follow_steps, run_method
 from instruments.machine import describe_cpu
 from instruments.provenance import code_commit
 

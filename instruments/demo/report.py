@@ -330,7 +330,7 @@ def share_start(run: RunRecord) -> RunRecord:
 
 def read_run(method: str, run_dir: Path, question_family: dict[str, str],
              start: StartRecord | None = None, in_format: Callable[[str], bool] = in_answer_format) -> RunRecord:
-    """Reads a run folder written by instruments.demo.pipeline.run_method.
+    """Reads a run folder written by instruments.demo.verl_run.run_method.
 
     With ``start`` (another run's, :func:`share_start`), the run must not have validated its own step 0
     (``trainer.val_before_train=false``): the start's validation becomes the run's first point, so that its gain,

@@ -18,7 +18,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import compare, compare_report, report
-from instruments.demo.pipeline import DemoSettings, Prepared, verl_overrides
+from instruments.demo.pipeline import DemoSettings, Prepared
+from instruments.demo.verl_run import verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 

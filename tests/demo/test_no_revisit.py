@@ -18,8 +18,9 @@ from bv_blend.codebook import CLUSTER_KEY
 from instruments import regime
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import compare, compare_report, no_revisit, pipeline
-from instruments.demo.pipeline import DemoSettings, Prepared, verl_overrides
+from instruments.demo.pipeline import DemoSettings, Prepared
 from instruments.demo.task import WIDE_FAMILIES, read_questions
+from instruments.demo.verl_run import verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 

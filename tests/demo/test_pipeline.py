@@ -13,7 +13,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import reward
-from instruments.demo.pipeline import DemoSettings, Prepared, prepare, verl_overrides
+from instruments.demo.pipeline import DemoSettings, Prepared, prepare
+from instruments.demo.verl_run import verl_overrides
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
 
@@ -164,7 +165,7 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
     """The demo's runs start in an emptied folder; the comparison's keep what it prepared there (a resumed run's
     earlier attempts: the bug this guards, where the first attempt's record was wiped by the run it recorded)."""
     from instruments.cpu import launch
-    from instruments.demo import pipeline
+    from instruments.demo import verl_run
 
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
@@ -174,18 +175,18 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
     for empty_first, kept in ((False, True), (True, False)):
         folder.mkdir(exist_ok=True)
         (folder / "attempts.json").write_text("[]")
-        pipeline.run_method(s, "grpo", prepared, folder, empty_first=empty_first)
+        verl_run.run_method(s, "grpo", prepared, folder, empty_first=empty_first)
         assert (folder / "attempts.json").exists() == kept
 
 
 def test_a_pretrained_run_waits_longer_for_each_weight_bucket_unless_the_user_says(monkeypatch):
     """The 60 s deadline on a weight bucket's acknowledgement killed a SmolLM2 fp32 run on a loaded machine."""
     from instruments.cpu.rollout_patches import SYNC_TIMEOUT_ENV
-    from instruments.demo import pipeline
+    from instruments.demo import verl_run
 
     monkeypatch.delenv(SYNC_TIMEOUT_ENV, raising=False)
-    assert pipeline.run_env(DemoSettings(work_dir=Path("w"))) == {}  # the tiny model: the platform's default
+    assert verl_run.run_env(DemoSettings(work_dir=Path("w"))) == {}  # the tiny model: the platform's default
     smol = DemoSettings(work_dir=Path("w"), model="smollm2")
-    assert pipeline.run_env(smol) == {SYNC_TIMEOUT_ENV: str(pipeline.PRETRAINED_SYNC_TIMEOUT_S)}
+    assert verl_run.run_env(smol) == {SYNC_TIMEOUT_ENV: str(verl_run.PRETRAINED_SYNC_TIMEOUT_S)}
     monkeypatch.setenv(SYNC_TIMEOUT_ENV, "90")
-    assert pipeline.run_env(smol) == {}  # the user's value passes through run_trainer's environment
+    assert verl_run.run_env(smol) == {}  # the user's value passes through run_trainer's environment

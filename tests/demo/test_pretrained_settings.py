@@ -12,7 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from instruments import regime
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import compare, no_revisit, pipeline
-from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared, verl_overrides
+from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared
+from instruments.demo.verl_run import verl_overrides
 from tests._scripts import load_script
 
 

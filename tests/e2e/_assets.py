@@ -74,12 +74,13 @@ def build_cpu_assets(work: Path) -> CpuAssets:
 
 def pretrained_overrides(work: Path, num_clusters: int = 1) -> tuple[str, ...]:
     """SmolLM2-135M-Instruct (the user's cache, converted once) on the demo's task with the pretrained demo's
-    instruction and last-number reward, a codebook of ``num_clusters``: the demo's own path (pipeline.model_overrides
+    instruction and last-number reward, a codebook of ``num_clusters``: the demo's own path (verl_run.model_overrides
     at fp32, which every CPU runs fast) with the actor's old log-probs recomputed, so that verl compares the rollout's
     probabilities with the actor's (bypass mode would skip that comparison), and cpu_tiny's micro-batches."""
     from instruments.demo import pretrained
     from instruments.demo import reward as demo_reward
-    from instruments.demo.pipeline import PRETRAINED_INSTRUCTION, DemoSettings, model_overrides
+    from instruments.demo.pipeline import PRETRAINED_INSTRUCTION, DemoSettings
+    from instruments.demo.verl_run import model_overrides
 
     task = write_task(work / "task_pretrained", n_train=64, n_val=16, seed=0, per_family_sources=True,
                       instruction=PRETRAINED_INSTRUCTION)
