@@ -492,8 +492,9 @@ def _git(repo, *args):
                    check=True, capture_output=True)
 
 
-def test_script_takes_lr_and_steps_from_a_committed_settings_file_only(tmp_path, capsys):
+def test_script_takes_lr_and_steps_from_a_committed_settings_file_only(tmp_path, capsys, monkeypatch):
     script = load_script("compare_cpu")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # tmp_path is outside git wherever it lies
     settings = tmp_path / "pretrained_lm_settings.json"
     settings.write_text(json.dumps({"lr": 1e-5, "steps": 40, "rules": "selection.py"}))
     arms = ["--arms", "grpo:8", "--rollouts-per-step", "64"]
