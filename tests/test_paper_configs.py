@@ -24,6 +24,10 @@ from bv_blend.paper.configs import (
     paper_config_names,
 )
 
+# one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
+# worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("paper_configs")
+
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
 
 

@@ -25,6 +25,10 @@ from instruments.lab.token.arms import REGIME_ARMS, TokenArm, unavailable_reason
 from instruments.lab.token.suites import Suite
 from tests.lab_token.conftest import TINY, coin_flip_scores
 
+# one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
+# worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("lab_token_regime")
+
 SETTINGS = replace(TINY, task="wide", clusters="codebook", pool_size=16, oracle_samples=2, prior_samples=2)
 SUITE = Suite("regime", SETTINGS, tuple(REGIME_ARMS), (0, 1), (1e-4,), catalog="regime")
 

@@ -25,6 +25,10 @@ from omegaconf import OmegaConf
 from bv_blend.paper.configs import compose_paper_config
 from bv_blend.verl.compositions import check_run
 
+# one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
+# worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("companion_trainer_start")
+
 trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 ROOT = Path(__file__).resolve().parents[2]

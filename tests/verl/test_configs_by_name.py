@@ -21,6 +21,10 @@ from bv_blend import BVBlendConfig
 from bv_blend.paper.configs import BOOKKEEPING_KEYS, COMPARISONS, MAIN_CONFIG, PAPER_CONFIGS, config_diff
 from bv_blend.verl.glue.bv_blend import BVBlendOptions
 
+# one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
+# worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("configs_by_name")
+
 ROOT = Path(__file__).resolve().parents[2]
 SEPARATOR = "=== bv_blend config: "
 RUN_EACH = f"""

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
+# worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("plugin_processes")]
 
 HEAVY = (
     "verl.trainer.ppo.core_algos",

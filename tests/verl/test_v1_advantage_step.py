@@ -21,7 +21,9 @@ from bv_blend import BVBlendEstimator
 from bv_blend.verl import runtime
 from tests.verl._helpers import K, compose_config, minimal_trainer, padded, step_rows
 
-pytestmark = pytest.mark.slow
+# one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
+# worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("transfer_queue_step")]
 tq = pytest.importorskip("transfer_queue")
 
 
