@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from instruments.demo import demo_report, pretrained, report
 from instruments.demo import model as tiny
-from instruments.demo import pretrained, report
 from instruments.demo import reward as demo_reward
 from instruments.demo.task import assert_disjoint, make_problems, read_questions, write_task
 from instruments.demo.verl_run import run_method
@@ -343,9 +343,9 @@ def run_demo(s: DemoSettings, recommended: bool = False, report_only: bool = Fal
         else:
             runs[label] = report.read_run(label, run_dir, prepared.question_family, start=start, in_format=in_format)
     nmi = prepared.codebook_nmi
-    table = report.demo_tables(runs) + ("" if nmi is None else f"\n\ncodebook (MiniLM + K-means on the training "
+    table = demo_report.demo_tables(runs) + ("" if nmi is None else f"\n\ncodebook (MiniLM + K-means on the training "
                                         f"prompts' text, K = {s.num_clusters}): NMI {nmi:.3f} against the families")
-    png = report.plot_runs(runs, s.work_dir / "curves.png")
+    png = demo_report.plot_runs(runs, s.work_dir / "curves.png")
     summary_path = s.work_dir / "summary.json"
     if report_only:  # the runs' machine and wall time, not this rereading's
         earlier = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
@@ -356,6 +356,6 @@ def run_demo(s: DemoSettings, recommended: bool = False, report_only: bool = Fal
     summary_path.write_text(json.dumps(
         {"cpu": cpu, "settings": {k: str(v) for k, v in asdict(s).items()}, "dtype": s.compute_dtype(),
          "codebook_nmi": nmi,
-         "warmup_pass_rates": prepared.warmup_pass_rates, **report.demo_summary(runs), "wall_s": wall}, indent=2))
+         "warmup_pass_rates": prepared.warmup_pass_rates, **demo_report.demo_summary(runs), "wall_s": wall}, indent=2))
     print(f"[demo] plot: {png}\n[demo] table: {s.work_dir / 'table.txt'}\n[demo] total {wall:.0f} s")
     return table
