@@ -18,6 +18,10 @@ from instruments import rule, stats
 from instruments.stats import Interval
 
 SUMMARY_DIR = Path(__file__).resolve().parents[1] / "docs" / "regime"
+# The instruments whose summaries (SUMMARY_DIR/<name>.json) the rule reads; other files there (the pretrained LM's
+# settings, reports) are not summaries. The pretrained LM first: it breaks the rule's ties (rule.TIE_BREAKERS), and a
+# user's run is most like it.
+INSTRUMENTS = ("pretrained_lm", "token_lab", "logistic_lab", "verl_cpu")
 REFERENCE = "grpo8"
 
 
@@ -144,6 +148,12 @@ def write_summary(summary: InstrumentSummary, directory: Path = SUMMARY_DIR) -> 
     path = directory / f"{summary.instrument}.json"
     path.write_text(json.dumps(asdict(summary), indent=1) + "\n")
     return path
+
+
+def read_summaries(directory: Path = SUMMARY_DIR) -> dict[str, InstrumentSummary]:
+    """instrument -> its summary, for each of ``INSTRUMENTS`` with a file in ``directory``, in that order."""
+    return {name: read_summary(directory / f"{name}.json") for name in INSTRUMENTS
+            if (directory / f"{name}.json").is_file()}
 
 
 def read_summary(path: Path) -> InstrumentSummary:

@@ -13,8 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-# The pretrained LM first: it breaks the rule's ties (rule.TIE_BREAKERS), and a user's run is most like it.
-INSTRUMENTS = ("pretrained_lm", "token_lab", "logistic_lab", "verl_cpu")
 REVISED_RULE_COMMIT = "9befa39"  # the revised rule's commit (docs/regime.md, "The revised rule")
 # The instruments whose regime runs were made, and first judged, before the revised rule.
 READ_AFTER_THE_FACT = frozenset({"token_lab", "logistic_lab", "verl_cpu"})
@@ -28,8 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from instruments import regime
 
     folder = args.summaries or regime.SUMMARY_DIR
-    found = {name: regime.read_summary(folder / f"{name}.json") for name in INSTRUMENTS
-             if (folder / f"{name}.json").is_file()}
+    found = regime.read_summaries(folder)
     if not found:
         print(f"[regime] no summary in {folder}: run an instrument's regime suite first (docs/regime.md)",
               file=sys.stderr)
@@ -45,9 +42,9 @@ def recommendation_lines(found: dict) -> list[str]:
 
     judged = {name: summary for name, summary in found.items() if len(summary.seeds) >= rule.MIN_SEEDS}
     recommendation = regime.recommend(found)
-    missing = [name for name in INSTRUMENTS if name not in found]
+    missing = [name for name in regime.INSTRUMENTS if name not in found]
     short = [f"{name} ({len(summary.seeds)} seeds)" for name, summary in found.items() if name not in judged]
-    names = [name for name in INSTRUMENTS if name in found]
+    names = [name for name in regime.INSTRUMENTS if name in found]
     lines = ["# The no-revisit regime: what the rule recommends", "",
              f"Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
              f"instruments/rule.py as revised in `{REVISED_RULE_COMMIT}` (issue 37: t-intervals, a pick only where "

@@ -297,8 +297,7 @@ def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:
     from instruments.demo import compare
     from instruments.demo.no_revisit import REGIME_ARMS
 
-    summaries = {path.stem: regime.read_summary(path) for path in sorted(regime.SUMMARY_DIR.glob("*.json"))}
-    key = regime.recommend(summaries).arm or regime.REFERENCE
+    key = regime.recommend(regime.read_summaries()).arm or regime.REFERENCE
     arm_name, n = REGIME_ARMS[key]
     arm = compare.ARMS[arm_name]
     return f"recommended: {regime.ARMS[key].label}", arm.estimator, n, arm.overrides
