@@ -63,7 +63,8 @@ def _as_verl_decodes(tokenizer, messages: list[dict]) -> str:
     return tokenizer.decode(padded, skip_special_tokens=True)
 
 
-def _dump(work: Path, samples: list[tuple[str, float, object]], per_session: int = 1, name: str = "dump") -> Path:
+def _dump(work: Path, samples: list[tuple[str, float, object]], per_session: int = 1, name: str = "dump",
+          output: str = "#### {index}") -> Path:
     """A validation dump written by verl's own writer; ``samples``: (input, score, ground truth) per session."""
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
@@ -72,7 +73,7 @@ def _dump(work: Path, samples: list[tuple[str, float, object]], per_session: int
         uid = str(uuid.uuid4())
         for index in range(per_session):
             inputs.append(text)
-            outputs.append(f"#### {index}")
+            outputs.append(output.format(index=index))
             gts.append(truth)
             scores.append(score)
             keys.append(f"{uid}_{session}_{index}")
@@ -162,6 +163,15 @@ def test_a_score_outside_0_1_is_an_error_and_writes_nothing(assets, tmp_path, sc
     with pytest.raises(ValueError, match=r"line 2: score .* is not a number in \[0, 1\]"):
         priors_from_dump(dump, prompts, out)
     assert not out.exists()
+
+
+def test_an_output_with_unicode_line_separators_stays_one_sample(tmp_path):
+    """verl dumps outputs unescaped (ensure_ascii=False); SmolLM2 wrote a U+2028, at which str.splitlines() breaks."""
+    odd = "Sammy\u2028saw \x85 and \x1c then #### {index}"
+    dump = _dump(tmp_path, [("Q1", 1.0, "1"), ("Q2", 0.0, "2")], per_session=2, output=odd)
+    assert len(dump.read_text().splitlines()) > 4  # the separators are in the file, raw
+    samples = read_generation_dump(dump)
+    assert [(s.prompt, s.score) for s in samples] == [("Q1", 1.0), ("Q2", 0.0)]
 
 
 def test_rows_that_render_alike_are_told_apart_by_ground_truth_else_pooled(tmp_path):

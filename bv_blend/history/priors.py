@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from bv_blend.core.jsonl import jsonl_lines
+
 
 def load_priors(path: str | Path, option: str) -> dict[str, np.ndarray]:
     """The prior file at ``path``: prompt key -> float64 scores; ``option`` names the setting in errors.
@@ -124,7 +126,7 @@ def read_generation_dump(path: str | Path) -> list[DumpedSample]:
     """
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = jsonl_lines(path)
     except OSError as error:
         raise ValueError(f"Cannot read verl's validation dump {path}: {error}.") from error
     sessions: dict[str, tuple[int, int, DumpedSample, Any]] = {}  # session -> (first index, last index, sample, score)

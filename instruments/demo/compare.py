@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bv_blend.core.jsonl import jsonl_lines
 from instruments.demo import report, resume
 from instruments.demo.pipeline import DemoSettings, Prepared
 from instruments.demo.verl_run import follow_steps, run_method
@@ -326,7 +327,7 @@ def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
     for path in sorted(rollout_dir.glob("*.jsonl")):
         if not path.stem.isdigit():
             continue
-        for line in path.read_text().splitlines():
+        for line in jsonl_lines(path):
             if line.strip():
                 row = json.loads(line)
                 sample = row["uid"].rsplit("_", 2)[0] if "uid" in row else ""
@@ -338,8 +339,10 @@ def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
             "draws": float(visits.sum())}
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def verl_ended_utc(attempts: Sequence[dict]) -> str:
+    """When verl's last attempt ended (a run read again after a reader's failure ended then, not at its reading)."""
+    last = attempts[-1]
+    return datetime.fromtimestamp(last["started_unix"] + last["wall_s"], timezone.utc).isoformat(timespec="seconds")
 
 
 # verl's dynamic sampling (algorithm.filter_groups) logs what it drew beyond the batch: kept with the result, so that
@@ -381,11 +384,10 @@ def filter_groups_of(metrics: pd.DataFrame) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- running
-def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: dict[str, str],
-            on_step: Callable[[int], None] = lambda step: None) -> dict:
-    """Runs one spec (from scratch, or from an interrupted attempt's checkpoint), reads it, saves and returns its
-    result. The verl run runs in this thread, so that an interrupt reaches run_trainer, which then stops every process
-    of the run."""
+def run_verl(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec,
+             on_step: Callable[[int], None]) -> tuple[Path, list[dict]]:
+    """Runs verl for one spec, from scratch or from an interrupted attempt's checkpoint, in this thread (so that an
+    interrupt reaches run_trainer, which then stops every process of the run); returns its folder and attempts."""
     folder, resume_from = resumable_run_dir(out, spec)
     stop = threading.Event()
     follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
@@ -398,14 +400,27 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     finally:
         stop.set()
         follower.join()
-    attempts = resume.finish_attempt(folder)
+    return folder, resume.finish_attempt(folder)
+
+
+def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: dict[str, str],
+            on_step: Callable[[int], None] = lambda step: None) -> dict:
+    """Runs one spec (from scratch, or from an interrupted attempt's checkpoint; not at all when verl finished it and
+    only its reading failed), reads it, saves and returns its result."""
+    folder = run_dir(out, spec)
+    if resume.completed(folder, s.steps):  # verl finished it; only reading it failed
+        attempts = resume.read_attempts(folder)
+        on_step(s.steps)
+    else:
+        folder, attempts = run_verl(s, prepared, out, spec, on_step)
     record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=s.in_format)
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))
     resumed_from = [a["from_step"] for a in attempts[1:]]
     result = result_of(spec, key, record, sum(a["wall_s"] for a in attempts), folder / "rollouts", resumed_from)
     # when, and from which code: a comparison spans sessions and machines (issue 38)
-    result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": utc_now(), "commit": code_commit()}
+    result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": verl_ended_utc(attempts),
+               "commit": code_commit()}
     if resumed_from:
         result["resumed_from_steps"] = resumed_from
         result["attempt_cpus"] = [a.get("cpu", "unknown") for a in attempts]

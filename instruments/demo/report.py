@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from bv_blend.core.jsonl import jsonl_lines
 from instruments.demo.reward import in_answer_format
 from instruments.stats import t_half_width
 
@@ -54,7 +55,7 @@ OVERALL = "all"
 def read_metrics(path: Path) -> pd.DataFrame:
     """verl's file-logger JSONL as one row per logged step (columns: metric names)."""
     rows = []
-    for line in path.read_text().splitlines():
+    for line in jsonl_lines(path):
         if line.strip():
             record = json.loads(line)
             rows.append({"step": record["step"], **record["data"]})
@@ -114,7 +115,7 @@ def read_validation_dump(dump_dir: Path, question_family: dict[str, str],
     questions = sorted(question_family)
     rows = []
     for path in sorted(dump_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
+        for line in jsonl_lines(path):
             if not line.strip():
                 continue
             row = json.loads(line)
@@ -189,7 +190,7 @@ def _groups_per_step(rollout_dir: Path) -> dict[int, list[list[float]]]:
     for path in sorted(rollout_dir.glob("*.jsonl")):
         groups: dict[str, list[float]] = {}
         step = None
-        for line in path.read_text().splitlines():
+        for line in jsonl_lines(path):
             if line.strip():
                 row = json.loads(line)
                 key = row["uid"].rsplit("_", 2)[0] if "uid" in row else row["input"]

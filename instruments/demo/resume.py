@@ -29,6 +29,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bv_blend.core.jsonl import jsonl_lines
 from instruments.machine import describe_cpu
 
 CHECKPOINTS = "checkpoints"
@@ -51,7 +52,7 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
 def _lines(path: Path) -> list[tuple[int, str]]:
     """(step, line) of each complete line of a metrics file (a line being written when the run died is skipped)."""
     out = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
+    for line in jsonl_lines(path) if path.is_file() else []:
         try:
             out.append((int(json.loads(line)["step"]), line))
         except (ValueError, KeyError, TypeError):
@@ -120,6 +121,14 @@ def finish_attempt(run_dir: Path) -> list[dict]:
 def read_attempts(run_dir: Path) -> list[dict]:
     path = run_dir / ATTEMPTS
     return json.loads(path.read_text()) if path.is_file() else []
+
+
+def completed(run_dir: Path, steps: int) -> bool:
+    """Whether verl finished the run: its last attempt closed (:func:`finish_attempt` runs only after verl exits 0)
+    and step ``steps`` logged. Such a run whose result is missing failed in its reading only (a reader's bug since
+    fixed): it is read again, not resumed, since resuming from its last checkpoint would train a step past the end."""
+    attempts = read_attempts(run_dir)
+    return bool(attempts) and attempts[-1].get("wall_s") is not None and steps in logged_steps(run_dir)
 
 
 def drop_checkpoints(run_dir: Path) -> None:

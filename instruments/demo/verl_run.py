@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from bv_blend.core.jsonl import jsonl_lines
 from instruments.demo import reward as demo_reward
 
 if TYPE_CHECKING:  # the settings' module runs these: a type here, not an import cycle
@@ -120,7 +121,7 @@ def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threa
     last = 0
     while not stop.wait(poll_s):
         try:
-            lines = metrics_path.read_text().splitlines()
+            lines = jsonl_lines(metrics_path)
         except OSError:
             continue
         steps = []

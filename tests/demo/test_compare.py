@@ -232,6 +232,48 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
     assert json.dumps(timeless, sort_keys=True) == json.dumps(other, sort_keys=True)  # NaN is NaN here
 
 
+def test_a_run_verl_finished_whose_reading_failed_is_read_again_not_resumed(setup, monkeypatch):
+    """verl exited 0 and the reader raised (a model's U+2028 in a dump, before bv_blend.core.jsonl): the rerun reads
+    the folder as it is. Resuming from its last checkpoint would have trained a step past the run's end."""
+    s, prepared, out, key = setup
+    spec = compare.grid([("grpo", 4)], 8, [0])[0]
+
+    def finished_with_checkpoints(s, method, prepared, folder, **run):
+        write_fake_run_into(folder, method)
+        for step in (2, 4):
+            (folder / "checkpoints" / f"global_step_{step}").mkdir(parents=True)
+        return folder
+
+    def broken_reader(*args, **kwargs):
+        raise ValueError("a reader's bug")
+
+    monkeypatch.setattr(compare, "run_method", finished_with_checkpoints)
+    monkeypatch.setattr(compare.report, "read_run", broken_reader)
+    with pytest.raises(ValueError, match="a reader's bug"):
+        compare.run_one(s, prepared, out, spec, key)
+    folder = compare.run_dir(out, spec)
+    assert compare.resume.completed(folder, s.steps) and not compare.resume.completed(folder, s.steps + 1)
+    verl_end = compare.verl_ended_utc(compare.resume.read_attempts(folder))
+
+    monkeypatch.undo()
+    monkeypatch.setattr(compare, "run_method", lambda *a, **k: pytest.fail("verl ran again"))
+    seen: list[int] = []
+    result = compare.run_one(s, prepared, out, spec, key, on_step=seen.append)
+    assert set(result["validation"]) == {"0", "2", "4"} and "resumed_from_steps" not in result
+    assert result["ended_utc"] == verl_end and seen == [s.steps]
+    assert len(compare.resume.read_attempts(folder)) == 1 and not (folder / "checkpoints").exists()
+
+
+def test_an_open_attempt_is_not_taken_for_a_finished_run(tmp_path):
+    from instruments.demo import resume
+
+    write_fake_run(tmp_path / "r")
+    resume.start_attempt(tmp_path / "r", None)  # verl died after logging its last step, before the attempt closed
+    assert not resume.completed(tmp_path / "r", 4)
+    resume.finish_attempt(tmp_path / "r")
+    assert resume.completed(tmp_path / "r", 4) and not resume.completed(tmp_path / "missing", 4)
+
+
 def test_resume_step_needs_a_checkpoint_whose_step_was_logged(tmp_path):
     from instruments.demo import resume
 

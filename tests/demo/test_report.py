@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from instruments.demo import demo_report, report
+from instruments.demo import compare, demo_report, report
 from tests.demo._fake_run import BV_BLEND_LAST, QUESTION_FAMILY, VALIDATION, family_means, write_fake_run
 
 T95_3 = 3.182446305284263  # Student's t, 97.5% quantile, 3 degrees of freedom (4 prompts)
@@ -197,6 +197,30 @@ def test_a_run_without_validation_is_a_clear_error(tmp_path):
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match="val_before_train=true or trainer.test_freq"):
         report.validation_curve(report.read_metrics(folder / "metrics.jsonl"))
+
+
+def test_outputs_with_unicode_line_separators_are_read_as_one_row_each(tmp_path):
+    """verl writes its dumps with ensure_ascii=False: a model's U+2028 (SmolLM2 wrote one) or U+0085 stays raw in
+    the file, where str.splitlines() would cut its row in two (bv_blend.core.jsonl)."""
+    folder = write_fake_run(tmp_path / "r")
+    clean = report.read_run("grpo", folder, QUESTION_FAMILY)
+    for dump in ("validation", "rollouts"):
+        for path in (folder / dump).glob("*.jsonl"):
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for row in rows:
+                row["output"] = "Sammy\u2028saw\x85 " + row["output"] + "\u2029\x1c"
+            path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n")
+    assert "\u2028" in (folder / "validation" / "0.jsonl").read_text()
+    odd = report.read_run("grpo", folder, QUESTION_FAMILY)
+    assert len(odd.samples) == len(clean.samples)
+    assert odd.samples["score"].tolist() == clean.samples["score"].tolist()
+    assert report._groups_per_step(folder / "rollouts") == report._groups_per_step(clean_rollouts(tmp_path))
+    assert compare.visits_per_prompt(folder / "rollouts") == compare.visits_per_prompt(clean_rollouts(tmp_path))
+
+
+def clean_rollouts(tmp_path):
+    folder = tmp_path / "clean"
+    return (folder if folder.is_dir() else write_fake_run(folder, "grpo")) / "rollouts"
 
 
 def test_a_validation_prompt_outside_the_held_out_set_is_a_clear_error(tmp_path):
