@@ -180,7 +180,8 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "train prompts": s.n_train,
                 **({} if s.task == "demo" and not s.distinct_train else
                    {"task": s.task, "distinct train prompts": s.distinct_train}), "lr": a.lr,
-                "warm-up steps": a.warmup_steps, "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
+                **({"warm-up steps": a.warmup_steps} if s.model == TINY else {"model": s.model, "dtype": s.dtype}),
+                "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}",
                 **({} if a.settings_commit is None else {"settings from": f"{a.settings} at {a.settings_commit}"})}
     wall_s = None if a.report else time.time() - started  # --report (the only caller with missing runs) runs nothing

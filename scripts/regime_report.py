@@ -43,7 +43,8 @@ def recommendation_lines(found: dict) -> list[str]:
     judged = {name: summary for name, summary in found.items() if len(summary.seeds) >= rule.MIN_SEEDS}
     recommendation = regime.recommend(found)
     missing = [name for name in regime.INSTRUMENTS if name not in found]
-    short = [f"{name} ({len(summary.seeds)} seeds)" for name, summary in found.items() if name not in judged]
+    short = [f"{name} ({len(summary.seeds)} seed{'' if len(summary.seeds) == 1 else 's'})"
+             for name, summary in found.items() if name not in judged]
     names = [name for name in regime.INSTRUMENTS if name in found]
     lines = ["# The no-revisit regime: what the rule recommends", "",
              f"Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
