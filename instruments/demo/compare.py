@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bv_blend.core.jsonl import jsonl_lines
+from bv_blend.core.jsonl import jsonl_records
 from instruments.demo import report, resume
 from instruments.demo.pipeline import DemoSettings, Prepared
 from instruments.demo.verl_run import follow_steps, run_method
@@ -327,11 +327,9 @@ def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
     for path in sorted(rollout_dir.glob("*.jsonl")):
         if not path.stem.isdigit():
             continue
-        for line in jsonl_lines(path):
-            if line.strip():
-                row = json.loads(line)
-                sample = row["uid"].rsplit("_", 2)[0] if "uid" in row else ""
-                draws.setdefault(row["input"], set()).add((int(row.get("step", path.stem)), sample))
+        for row in jsonl_records(path):
+            sample = row["uid"].rsplit("_", 2)[0] if "uid" in row else ""
+            draws.setdefault(row["input"], set()).add((int(row.get("step", path.stem)), sample))
     if not draws:
         raise ValueError(f"{rollout_dir} holds no rollout dump: the visits per prompt cannot be counted")
     visits = np.array([len(d) for d in draws.values()], dtype=float)
@@ -385,9 +383,9 @@ def filter_groups_of(metrics: pd.DataFrame) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- running
 def run_verl(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec,
-             on_step: Callable[[int], None]) -> tuple[Path, list[dict]]:
+             on_step: Callable[[int], None]) -> list[dict]:
     """Runs verl for one spec, from scratch or from an interrupted attempt's checkpoint, in this thread (so that an
-    interrupt reaches run_trainer, which then stops every process of the run); returns its folder and attempts."""
+    interrupt reaches run_trainer, which then stops every process of the run); returns its attempts."""
     folder, resume_from = resumable_run_dir(out, spec)
     stop = threading.Event()
     follower = threading.Thread(target=follow_steps, args=(folder / "metrics.jsonl", on_step, stop), daemon=True)
@@ -400,7 +398,7 @@ def run_verl(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec,
     finally:
         stop.set()
         follower.join()
-    return folder, resume.finish_attempt(folder)
+    return resume.finish_attempt(folder)
 
 
 def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: dict[str, str],
@@ -412,7 +410,7 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
         attempts = resume.read_attempts(folder)
         on_step(s.steps)
     else:
-        folder, attempts = run_verl(s, prepared, out, spec, on_step)
+        attempts = run_verl(s, prepared, out, spec, on_step)
     record = report.read_run(spec.estimator, folder, prepared.question_family, in_format=s.in_format)
     if spec.estimator not in SIGNAL_DEFINED:
         record = replace(record, signal=pd.Series(dtype=float))

@@ -29,7 +29,6 @@ scripts/compare_cpu.py measures over seeds.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,7 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from bv_blend.core.jsonl import jsonl_lines
+from bv_blend.core.jsonl import jsonl_records
 from instruments.demo.reward import in_answer_format
 from instruments.stats import t_half_width
 
@@ -55,10 +54,8 @@ OVERALL = "all"
 def read_metrics(path: Path) -> pd.DataFrame:
     """verl's file-logger JSONL as one row per logged step (columns: metric names)."""
     rows = []
-    for line in jsonl_lines(path):
-        if line.strip():
-            record = json.loads(line)
-            rows.append({"step": record["step"], **record["data"]})
+    for record in jsonl_records(path):
+        rows.append({"step": record["step"], **record["data"]})
     if not rows:
         raise ValueError(f"{path} holds no logged step; did the run fail? See the run's log next to it.")
     # one row per step: verl logs the validation before training as a line of its own (step 0)
@@ -115,10 +112,7 @@ def read_validation_dump(dump_dir: Path, question_family: dict[str, str],
     questions = sorted(question_family)
     rows = []
     for path in sorted(dump_dir.glob("*.jsonl")):
-        for line in jsonl_lines(path):
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for row in jsonl_records(path):
             question = _question_of(row["input"], questions)
             if question is None:
                 raise ValueError(f"{path}: a validation prompt matches no held-out question: {row['input']!r}")
@@ -190,12 +184,10 @@ def _groups_per_step(rollout_dir: Path) -> dict[int, list[list[float]]]:
     for path in sorted(rollout_dir.glob("*.jsonl")):
         groups: dict[str, list[float]] = {}
         step = None
-        for line in jsonl_lines(path):
-            if line.strip():
-                row = json.loads(line)
-                key = row["uid"].rsplit("_", 2)[0] if "uid" in row else row["input"]
-                groups.setdefault(key, []).append(float(row["score"]))
-                step = row.get("step", step)
+        for row in jsonl_records(path):
+            key = row["uid"].rsplit("_", 2)[0] if "uid" in row else row["input"]
+            groups.setdefault(key, []).append(float(row["score"]))
+            step = row.get("step", step)
         if groups and step is not None:
             steps[int(step)] = list(groups.values())
     return steps

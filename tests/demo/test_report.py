@@ -202,8 +202,8 @@ def test_a_run_without_validation_is_a_clear_error(tmp_path):
 def test_outputs_with_unicode_line_separators_are_read_as_one_row_each(tmp_path):
     """verl writes its dumps with ensure_ascii=False: a model's U+2028 (SmolLM2 wrote one) or U+0085 stays raw in
     the file, where str.splitlines() would cut its row in two (bv_blend.core.jsonl)."""
-    folder = write_fake_run(tmp_path / "r")
-    clean = report.read_run("grpo", folder, QUESTION_FAMILY)
+    clean_folder, folder = write_fake_run(tmp_path / "clean"), write_fake_run(tmp_path / "r")
+    clean = report.read_run("grpo", clean_folder, QUESTION_FAMILY)
     for dump in ("validation", "rollouts"):
         for path in (folder / dump).glob("*.jsonl"):
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -214,13 +214,8 @@ def test_outputs_with_unicode_line_separators_are_read_as_one_row_each(tmp_path)
     odd = report.read_run("grpo", folder, QUESTION_FAMILY)
     assert len(odd.samples) == len(clean.samples)
     assert odd.samples["score"].tolist() == clean.samples["score"].tolist()
-    assert report._groups_per_step(folder / "rollouts") == report._groups_per_step(clean_rollouts(tmp_path))
-    assert compare.visits_per_prompt(folder / "rollouts") == compare.visits_per_prompt(clean_rollouts(tmp_path))
-
-
-def clean_rollouts(tmp_path):
-    folder = tmp_path / "clean"
-    return (folder if folder.is_dir() else write_fake_run(folder, "grpo")) / "rollouts"
+    assert report._groups_per_step(folder / "rollouts") == report._groups_per_step(clean_folder / "rollouts")
+    assert compare.visits_per_prompt(folder / "rollouts") == compare.visits_per_prompt(clean_folder / "rollouts")
 
 
 def test_a_validation_prompt_outside_the_held_out_set_is_a_clear_error(tmp_path):
