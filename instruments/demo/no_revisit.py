@@ -197,6 +197,8 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
     for key in (k for k in regime.ARMS if k in by_arm):
         curves = _matrix(by_arm[key], seeds, steps)
         if regime.ARMS[key].generated:
+            for seed in seeds:
+                check_pool_not_exhausted(by_arm[key][seed])
             generated = np.array([generated_rollouts(by_arm[key][seed], steps) for seed in seeds])
             arms[key] = regime.generated_arm_summary(curves, generated, reference, x)
             continue
@@ -220,17 +222,32 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
 
 
 def generated_rollouts(result: dict, steps: Sequence[int]) -> np.ndarray:
-    """The rollouts a run generated up to each of ``steps``: its batch's n x prompts a step, plus what verl's dynamic
-    sampling drew beyond it (``training/filter_groups/evicted_samples`` and ``discarded_surplus_samples``, kept per
-    step in the result by compare.filter_groups_of; none logged at a step: none drawn)."""
+    """The rollouts a run generated up to each of ``steps``: its batch's n x prompts a step, plus the groups verl's
+    dynamic sampling drew beyond it (``training/filter_groups/evicted_samples`` and ``discarded_surplus_samples``,
+    kept per step in the result by compare.filter_groups_of; none logged at a step: none drawn), n rollouts each.
+
+    Despite their names, verl counts those two in prompt groups (``len(dapo_uids)``, ``len(surplus_uids)`` in its
+    sync ReplayBuffer), not rollouts: tests/verl/test_v1_advantage_step.py holds them to verl's own buffer."""
     spec, drawn = result["spec"], result.get("filter_groups", {})
     extra = {int(step): 0.0 for step in range(1, max(steps) + 1)}
     for name in ("evicted_samples", "discarded_surplus_samples"):
-        for step, value in drawn.get(name, {}).items():
-            extra[int(step)] = extra.get(int(step), 0.0) + value
+        for step, groups in drawn.get(name, {}).items():
+            extra[int(step)] = extra.get(int(step), 0.0) + groups * spec["n"]
     per_step = np.array([spec["n"] * spec["batch"] + extra[step] for step in range(1, max(steps) + 1)])
     cumulative = np.concatenate([[0.0], np.cumsum(per_step)])
     return cumulative[np.asarray(steps, dtype=int)]
+
+
+def check_pool_not_exhausted(result: dict) -> None:
+    """Raises ValueError where verl's dynamic sampling drew more prompts than the pool holds: its data loader then
+    began the pool again, a revisit that the rollout dumps (the kept groups only) may not show."""
+    spec, drawn = result["spec"], result.get("filter_groups", {})
+    steps, pool = int(result["settings"]["steps"]), int(result["settings"]["n_train"])
+    prompts = spec["batch"] * steps + sum(sum(per_step.values()) for per_step in drawn.values())
+    if prompts > pool:
+        raise ValueError(f"{spec['arm']}:{spec['n']} seed {spec['seed']} drew {prompts:.0f} prompts (kept and "
+                         f"dropped) from a pool of {pool}: it revisited prompts. Enlarge the pool "
+                         "(--train-prompts) for every arm and run the comparison again")
 
 
 def _visits(result: dict) -> dict[str, float]:

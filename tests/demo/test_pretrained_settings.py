@@ -144,9 +144,10 @@ def test_the_settings_sweep_is_grpo8_alone_on_selection_seeds_and_chooses_by_the
 def test_dynamic_sampling_is_judged_at_the_rollouts_it_generated() -> None:
     import numpy as np
 
-    result = {"spec": {"n": 8, "batch": 8}, "filter_groups": {"evicted_samples": {"1": 64.0, "2": 32.0},
-                                                               "discarded_surplus_samples": {"2": 32.0}}}
-    # steps 1-4 cost 128, 128, 64, 64: at validation steps 0, 2 and 4 it had generated 0, 256 and 384
+    result = {"spec": {"n": 8, "batch": 8}, "filter_groups": {"evicted_samples": {"1": 8.0, "2": 4.0},
+                                                               "discarded_surplus_samples": {"2": 4.0}}}
+    # verl counts groups of n = 8: steps 1-4 cost 64 + 64, 64 + 64, 64, 64 rollouts: at validation steps 0, 2 and 4
+    # it had generated 0, 256 and 384
     assert no_revisit.generated_rollouts(result, [0, 2, 4]).tolist() == [0.0, 256.0, 384.0]
     assert no_revisit.generated_rollouts({"spec": {"n": 8, "batch": 8}}, [0, 4]).tolist() == [0.0, 256.0]
     reference = np.array([[0.2, 0.3, 0.4], [0.2, 0.3, 0.5]])
@@ -158,3 +159,14 @@ def test_dynamic_sampling_is_judged_at_the_rollouts_it_generated() -> None:
     assert arm.difference.value == pytest.approx(((0.5 - 0.4) + (0.6 - 0.5)) / 2)
     with pytest.raises(ValueError, match="fewer rollouts"):
         regime.generated_arm_summary(curves, generated / 4, reference, x_ref)
+
+
+def test_dynamic_sampling_that_drew_past_the_pool_is_refused() -> None:
+    """Its dropped groups are not in the rollout dumps that count visits: the prompts it drew are counted instead."""
+    result = {"spec": {"arm": "grpo_dynamic", "n": 8, "batch": 8, "seed": 0},
+              "settings": {"steps": "4", "n_train": "64"},
+              "filter_groups": {"evicted_samples": {"1": 20.0, "3": 10.0}, "discarded_surplus_samples": {"2": 2.0}}}
+    no_revisit.check_pool_not_exhausted(result)  # 32 kept + 32 dropped = 64: the pool, not past it
+    result["filter_groups"]["discarded_surplus_samples"]["4"] = 1.0
+    with pytest.raises(ValueError, match=r"drew 65 prompts \(kept and dropped\) from a pool of 64"):
+        no_revisit.check_pool_not_exhausted(result)

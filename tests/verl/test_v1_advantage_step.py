@@ -360,3 +360,43 @@ def test_v1_step_metrics_count_the_verifier_failures(transfer_queue, estimator, 
         assert "reward/verifier_failures" not in metrics
     else:
         assert metrics["reward/verifier_failures"] == sum(failures) == 5.0
+
+
+# ------------------------------------------------------------------------ DAPO's dynamic sampling, as counted
+def test_dynamic_sampling_logs_groups_and_the_comparison_counts_their_rollouts(transfer_queue):
+    """verl's own sync ``ReplayBuffer`` with DAPO's filter (``algorithm.filter_groups``) on a real TransferQueue: five
+    finished groups of four rollouts, three all-equal, a batch of one prompt. verl evicts the three and discards the
+    surplus one, and logs ``evicted_samples`` = 3 and ``discarded_surplus_samples`` = 1: groups, not rollouts,
+    whatever their names say. The pretrained-LM comparison judges that arm at the rollouts it generated
+    (``no_revisit.generated_rollouts``), so each counted group costs its 4 rollouts: 4 kept + 16 dropped."""
+    import pandas as pd
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    from instruments.demo import compare, no_revisit
+
+    n, rewards = 4, {"dapoA": [1, 1, 1, 1], "dapoB": [0, 0, 0, 0], "dapoC": [1, 0, 0, 1], "dapoD": [0, 1, 0, 0],
+                     "dapoE": [1, 1, 1, 1]}  # fmt: skip
+    rows = [{"key": f"{uid}_{session}_0", "uid": uid, "session_id": session, "extra_info": {"index": 0},
+             "raw_prompt": [{"role": "user", "content": uid}], "response_mask": torch.ones(3, dtype=torch.int64),
+             "rm_scores": torch.tensor([0.0, 0.0, float(r)])}
+            for uid, scores in rewards.items() for session, r in enumerate(scores)]  # fmt: skip
+    _put_rows(rows, partition_id="train")
+    # as verl's trainer registers each prompt: a tag-only marker, here already finished
+    tq.kv_batch_put(keys=list(rewards), partition_id="train",
+                    tags=[{"is_prompt": True, "status": "finished", "global_steps": 1}] * len(rewards))  # fmt: skip
+    refills = []
+    buffer = ReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
+                          max_off_policy_strategy="drop", sampler_kwargs={}, poll_interval=0.01,
+                          refill_fn=refills.append, filter_groups_metric="reward", train_batch_size=1,
+                          gen_batch_size=1)  # fmt: skip
+
+    batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=1)
+
+    assert {key.split("_")[0] for key in batch.keys} <= {"dapoC", "dapoD"} and len(batch.keys) == n
+    assert metrics["training/filter_groups/evicted_samples"] == 3  # dapoA, dapoB, dapoE: groups
+    assert metrics["training/filter_groups/discarded_surplus_samples"] == 1  # the other mixed group
+    assert refills == []  # enough groups were left: nothing drawn
+    logged = {k: [v] for k, v in metrics.items() if k.startswith("training/")}
+    logged = pd.DataFrame({"timing_s/step": [30.0], **logged}, index=pd.Index([1], name="step"))  # a run's step 1
+    result = {"spec": {"n": n, "batch": 1}, **compare.filter_groups_of(logged)}
+    assert no_revisit.generated_rollouts(result, [0, 1]).tolist() == [0.0, n * 1 + n * (3 + 1)]
