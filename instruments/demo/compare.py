@@ -381,6 +381,23 @@ def filter_groups_of(metrics: pd.DataFrame) -> dict:
                                                                steps[c].dropna().items()} for c in columns}}
 
 
+def generated_rollouts(result: dict, steps: Sequence[int]) -> np.ndarray:
+    """The rollouts a run generated up to each of ``steps``: its batch's n x prompts a step, plus the groups verl's
+    dynamic sampling drew beyond it (``training/filter_groups/evicted_samples`` and ``discarded_surplus_samples``,
+    kept per step in the result by filter_groups_of; none logged at a step: none drawn), n rollouts each.
+
+    Despite their names, verl counts those two in prompt groups (``len(dapo_uids)``, ``len(surplus_uids)`` in its
+    sync ReplayBuffer), not rollouts: tests/verl/test_v1_advantage_step.py holds them to verl's own buffer."""
+    spec, drawn = result["spec"], result.get("filter_groups", {})
+    extra = {int(step): 0.0 for step in range(1, max(steps) + 1)}
+    for name in ("evicted_samples", "discarded_surplus_samples"):
+        for step, groups in drawn.get(name, {}).items():
+            extra[int(step)] = extra.get(int(step), 0.0) + groups * spec["n"]
+    per_step = np.array([spec["n"] * spec["batch"] + extra[step] for step in range(1, max(steps) + 1)])
+    cumulative = np.concatenate([[0.0], np.cumsum(per_step)])
+    return cumulative[np.asarray(steps, dtype=int)]
+
+
 # ---------------------------------------------------------------------------------------------------- running
 def run_verl(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec,
              on_step: Callable[[int], None]) -> list[dict]:

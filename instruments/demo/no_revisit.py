@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from instruments import regime
+from instruments.demo import compare
 from instruments.demo import reward as demo_reward
 from instruments.demo.compare import file_sha256
 from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
@@ -199,7 +200,7 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
         if regime.ARMS[key].generated:
             for seed in seeds:
                 check_pool_not_exhausted(by_arm[key][seed])
-            generated = np.array([generated_rollouts(by_arm[key][seed], steps) for seed in seeds])
+            generated = np.array([compare.generated_rollouts(by_arm[key][seed], steps) for seed in seeds])
             arms[key] = regime.generated_arm_summary(curves, generated, reference, x)
             continue
         if not regime.ARMS[key].priors:
@@ -219,23 +220,6 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
                          "regime, whose summary this is (check_regime); report them without --regime-summary")
     return regime.InstrumentSummary(instrument or INSTRUMENT, command, machine, seeds, revisits, arms,
                                     notes=_notes(by_arm, seeds, used, steps, preparation, priors, missing))
-
-
-def generated_rollouts(result: dict, steps: Sequence[int]) -> np.ndarray:
-    """The rollouts a run generated up to each of ``steps``: its batch's n x prompts a step, plus the groups verl's
-    dynamic sampling drew beyond it (``training/filter_groups/evicted_samples`` and ``discarded_surplus_samples``,
-    kept per step in the result by compare.filter_groups_of; none logged at a step: none drawn), n rollouts each.
-
-    Despite their names, verl counts those two in prompt groups (``len(dapo_uids)``, ``len(surplus_uids)`` in its
-    sync ReplayBuffer), not rollouts: tests/verl/test_v1_advantage_step.py holds them to verl's own buffer."""
-    spec, drawn = result["spec"], result.get("filter_groups", {})
-    extra = {int(step): 0.0 for step in range(1, max(steps) + 1)}
-    for name in ("evicted_samples", "discarded_surplus_samples"):
-        for step, groups in drawn.get(name, {}).items():
-            extra[int(step)] = extra.get(int(step), 0.0) + groups * spec["n"]
-    per_step = np.array([spec["n"] * spec["batch"] + extra[step] for step in range(1, max(steps) + 1)])
-    cumulative = np.concatenate([[0.0], np.cumsum(per_step)])
-    return cumulative[np.asarray(steps, dtype=int)]
 
 
 def check_pool_not_exhausted(result: dict) -> None:

@@ -452,8 +452,8 @@ def test_rollouts_to_reach_the_reference_by_hand():
             _result("spo", 1, 1, 0, curve={0: 0.3, 10: 0.7, 20: 0.8})]
     slow = [_result("spo_sampler", 1, s, 0, curve={0: 0.2, 10: 0.3, 20: 0.45}) for s in (0, 1)]
     by_seed = compare_report._by_seed
-    assert compare_report.reach_ratio(by_seed(fast), by_seed(ref), 32) == pytest.approx(0.375)
-    assert math.isinf(compare_report.reach_ratio(by_seed(slow), by_seed(ref), 32))
+    assert compare_report.reach_ratio(by_seed(fast), by_seed(ref)) == pytest.approx(0.375)
+    assert math.isinf(compare_report.reach_ratio(by_seed(slow), by_seed(ref)))
     diffs = compare_report.paired_differences(ref + fast + slow)
     assert diffs.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "0.38x"
     assert diffs.loc["spo_sampler n=1 (32 prompts)", "rollouts to reach, x ref"] == "> 1.00x (not reached)"
@@ -462,10 +462,33 @@ def test_rollouts_to_reach_the_reference_by_hand():
     assert diffs.loc["spo_sampler n=1 (32 prompts)", "its 95% CI"] == "[not reached, not reached]"
     early = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.6, 20: 0.5})]
     arm = [_result("spo", 1, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
-    assert compare_report.reach_ratio(by_seed(arm), by_seed(early), 32) == pytest.approx(2.0)
+    assert compare_report.reach_ratio(by_seed(arm), by_seed(early)) == pytest.approx(2.0)
     flat = [_result("grpo", 8, 0, 0, curve={0: 0.5, 10: 0.4, 20: 0.5})]  # starts at its final value
     differences = compare_report.paired_differences(flat + arm)
     assert differences.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "n/a"
+
+
+def test_dynamic_sampling_is_paired_at_the_references_final_rollouts(tmp_path):
+    """grpo_dynamic drops 4 groups of 8 (32 rollouts) a step in steps 1-10, so it has generated the reference's
+    final 640 rollouts by its step 10: its row reads its curve there (0.45 and 0.5 against the reference's 0.5 and
+    0.6: -0.075), not at its last step. Its seed-mean curve (0.2, 0.475, 0.75 at 0, 640, 960 rollouts) reaches the
+    reference's final mean 0.55 at 640 + 320 x 0.075 / 0.275 rollouts: 1.14x."""
+    ref = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.5}),
+           _result("grpo", 8, 1, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
+    dynamic = [_result("grpo_dynamic", 8, 0, 0, curve={0: 0.2, 10: 0.45, 20: 0.7}),
+               _result("grpo_dynamic", 8, 1, 0, curve={0: 0.2, 10: 0.5, 20: 0.8})]
+    for run in dynamic:
+        run["filter_groups"] = {"evicted_samples": {str(step): 3.0 for step in range(1, 11)},
+                                "discarded_surplus_samples": {str(step): 1.0 for step in range(1, 11)}}
+    diffs = compare_report.paired_differences(ref + dynamic)
+    row = diffs.loc["grpo_dynamic n=8 (4 prompts)"]
+    assert row["minus grpo n=8 (4 prompts) (final)"].startswith("-0.075 ± ")  # at its last step it would be +0.2
+    assert row["rollouts to reach, x ref"] == "1.14x"
+    assert compare_report.curves(dynamic)["rollouts"].tolist() == [0.0, 640.0, 960.0]
+    text = compare_report.results_markdown(ref + dynamic, "cmd", "CPU: test", "x.png", None, {}, "today")
+    assert ("grpo_dynamic n=8 (4 prompts) generated 960 rollouts in its 20 steps (mean over seeds: its batch, plus 8 "
+            "for each group verl's dynamic sampling dropped), so its row is read at the reference's final 640") in text
+    assert compare_report.plot_comparison(ref + dynamic, tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # ------------------------------------------------------------------------------------------------------- docs

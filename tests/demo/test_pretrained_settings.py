@@ -148,8 +148,8 @@ def test_dynamic_sampling_is_judged_at_the_rollouts_it_generated() -> None:
                                                                "discarded_surplus_samples": {"2": 4.0}}}
     # verl counts groups of n = 8: steps 1-4 cost 64 + 64, 64 + 64, 64, 64 rollouts: at validation steps 0, 2 and 4
     # it had generated 0, 256 and 384
-    assert no_revisit.generated_rollouts(result, [0, 2, 4]).tolist() == [0.0, 256.0, 384.0]
-    assert no_revisit.generated_rollouts({"spec": {"n": 8, "batch": 8}}, [0, 4]).tolist() == [0.0, 256.0]
+    assert compare.generated_rollouts(result, [0, 2, 4]).tolist() == [0.0, 256.0, 384.0]
+    assert compare.generated_rollouts({"spec": {"n": 8, "batch": 8}}, [0, 4]).tolist() == [0.0, 256.0]
     reference = np.array([[0.2, 0.3, 0.4], [0.2, 0.3, 0.5]])
     x_ref = np.array([0.0, 128.0, 256.0])
     curves = np.array([[0.2, 0.5, 0.6], [0.2, 0.4, 0.6]])
