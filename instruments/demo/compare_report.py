@@ -112,6 +112,7 @@ def summary_table(results: Sequence[dict]) -> pd.DataFrame:
             "step time s": _seed_mean(runs, "step time s", 2),
             "adv ms": _seed_mean(runs, "adv time ms", 1),
             "between steps s": _seed_mean(runs, "between steps s", 3),
+            "run min": f"{np.mean([r['wall_s'] for r in runs]) / 60:.1f}",
         }
     return pd.DataFrame(rows).T
 
@@ -337,7 +338,8 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
         "the same (every group at n=1). Signal ratio: groups with a non-zero advantage (n/a for SPO, which gives "
         "every row r - p^). Step time: verl's `timing_s/step`, which includes fetching the step's batch (the "
         "sampler's draw); adv ms: its `timing_s/adv`; between steps: the time per step outside verl's step timer "
-        "and its validation (logging, metrics). Step 1 is left out of the times.",
+        "and its validation (logging, metrics). Step 1 is left out of the times. Run min: a run's wall time with its "
+        "start-up and validations (mean over seeds).",
         "",
         _markdown_table(summary_table(results)),
         "",
@@ -373,7 +375,8 @@ def generated_note(generated: Sequence[Sequence[dict]], results: Sequence[dict],
         parts.append(f"{_label_of(runs)} generated {spent:,.0f} rollouts in its {steps} steps (mean over seeds: its "
                      f"batch, plus {runs[0]['spec']['n']} for each group verl's dynamic sampling dropped), so its row "
                      f"is read at the reference's final {budget:,.0f} rollouts on its own curve, linearly between its "
-                     "validations; its 'val after' above is its last step's")
+                     "validations; its 'val after' above is its last step's, and its all-equal % and signal ratio "
+                     "are of the groups it kept")
     return "; ".join(parts) + ":"
 
 

@@ -420,6 +420,7 @@ def test_tables_average_over_seeds_and_pair_every_arm_with_the_reference_by_seed
     half = 4.302653 * 0.02 / math.sqrt(3)
     assert table.loc["grpo n=8 (4 prompts)", "val after"] == f"0.520 ± {half:.3f}"
     assert table.loc["grpo n=8 (4 prompts)", "max abs(A)"] == "3.00"  # the largest over seeds
+    assert table.loc["grpo n=8 (4 prompts)", "run min"] == "10.0"
     diffs = compare_report.paired_differences(results, ("grpo", 8))
     ref_column = "minus grpo n=8 (4 prompts) (final)"
     assert diffs.loc["grpo n=8 (4 prompts)", "rollouts to reach, x ref"] == "1 (by definition)"
