@@ -142,7 +142,7 @@ def _curve_matrix(runs: dict[int, dict], seeds: Sequence[int], steps: Sequence[i
 
 
 def _aligned(arm: dict[int, dict], reference: dict[int, dict]
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The two arms' held-out curves on the seeds and validation steps both have, the arm's generated rollouts at
     those steps per seed, and the reference's (mean over seeds, the same every seed); None when nothing is shared."""
     seeds = sorted(set(arm) & set(reference))
@@ -154,7 +154,7 @@ def _aligned(arm: dict[int, dict], reference: dict[int, dict]
         return None
     x_arm = np.array([generated_rollouts(arm[seed], steps) for seed in seeds])
     x_reference = np.array([generated_rollouts(reference[seed], steps) for seed in seeds]).mean(0)
-    return _curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x_arm, x_arm.mean(0), x_reference
+    return _curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x_arm, x_reference
 
 
 def reach_ratio(arm: dict[int, dict], reference: dict[int, dict]) -> float:
@@ -164,8 +164,8 @@ def reach_ratio(arm: dict[int, dict], reference: dict[int, dict]) -> float:
     aligned = _aligned(arm, reference)
     if aligned is None:
         return float("nan")
-    curves, reference_curves, _, x_arm, x_reference = aligned
-    return lab_stats.reach_ratio(curves, reference_curves, x_arm, x_reference)
+    curves, reference_curves, x_by_seed, x_reference = aligned
+    return lab_stats.reach_ratio(curves, reference_curves, x_by_seed.mean(0), x_reference)
 
 
 def reach_interval(arm: dict[int, dict], reference: dict[int, dict]) -> lab_stats.Interval:
@@ -175,8 +175,8 @@ def reach_interval(arm: dict[int, dict], reference: dict[int, dict]) -> lab_stat
     nan = float("nan")
     if aligned is None:
         return lab_stats.Interval(nan, nan, nan)
-    curves, reference_curves, _, x_arm, x_reference = aligned
-    return lab_stats.reach_interval(curves, reference_curves, x_arm, x_reference)
+    curves, reference_curves, x_by_seed, x_reference = aligned
+    return lab_stats.reach_interval(curves, reference_curves, x_by_seed.mean(0), x_reference)
 
 
 def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None) -> tuple[str, int] | None:
@@ -209,7 +209,7 @@ def paired_differences(results: Sequence[dict], reference: tuple[str, int] | Non
         if not seeds:
             continue
         if generated_beyond_batch(runs):  # read at the reference's final rollouts, as the no-revisit summary does
-            curves, reference_curves, x_by_seed, _, x_reference = _aligned(mine, ref)
+            curves, reference_curves, x_by_seed, x_reference = _aligned(mine, ref)
             read = regime.generated_arm_summary(curves, x_by_seed, reference_curves, x_reference)
             mean, half, reach = read.difference.value, read.difference.high - read.difference.value, read.reach
         else:
@@ -243,7 +243,7 @@ def plot_comparison(results: Sequence[dict], out_png: Path, reference: tuple[str
         aligned = None if key == reference else _aligned(_by_seed(runs), ref)
         if aligned is None:
             continue
-        mine, reference_curves, x_by_seed, _, x_reference = aligned
+        mine, reference_curves, x_by_seed, x_reference = aligned
         shared = x_reference <= x_by_seed[:, -1].min()  # where every seed's curve has been validated
         read = np.array([np.interp(x_reference[shared], x, curve) for x, curve in zip(x_by_seed, mine, strict=True)])
         diff = read - reference_curves[:, shared]

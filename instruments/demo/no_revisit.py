@@ -225,9 +225,8 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
 def check_pool_not_exhausted(result: dict) -> None:
     """Raises ValueError where verl's dynamic sampling drew more prompts than the pool holds: its data loader then
     began the pool again, a revisit that the rollout dumps (the kept groups only) may not show."""
-    spec, drawn = result["spec"], result.get("filter_groups", {})
-    steps, pool = int(result["settings"]["steps"]), int(result["settings"]["n_train"])
-    prompts = spec["batch"] * steps + sum(sum(per_step.values()) for per_step in drawn.values())
+    spec, steps, pool = result["spec"], int(result["settings"]["steps"]), int(result["settings"]["n_train"])
+    prompts = compare.generated_rollouts(result, [steps])[0] / spec["n"]  # the one reader of verl's drop counts
     if prompts > pool:
         raise ValueError(f"{spec['arm']}:{spec['n']} seed {spec['seed']} drew {prompts:.0f} prompts (kept and "
                          f"dropped) from a pool of {pool}: it revisited prompts. Enlarge the pool "
