@@ -4,8 +4,9 @@ t-interval over seeds); every arm paired by seed with a reference arm (differenc
 reach the reference's final pass rate, lab's definition, instruments/stats.py).
 
 Every arm is placed on the rollouts it generated (``compare.generated_rollouts``): its batch a step, which every arm
-of a comparison shares, plus, for verl's dynamic sampling, the groups it dropped. So that arm is paired with the
-reference at the reference's final rollouts, as the no-revisit summary judges it (``regime.generated_arm_summary``).
+of a comparison shares, plus, for verl's dynamic sampling, the groups it dropped. Each is paired with the reference by
+``pairing.pair``, the reading the no-revisit summary judges, so an arm that drew beyond its batch is read at the
+reference's final rollouts.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from instruments import regime  # noqa: E402
 from instruments import stats as lab_stats  # noqa: E402
-from instruments.demo import report  # noqa: E402
+from instruments.demo import pairing, report  # noqa: E402
 from instruments.demo.compare import ARMS, SAMPLER_PREFIX, SPO_P_HAT, arm_label, generated_rollouts  # noqa: E402
 
 SECTION = "compare_cpu"  # the markers of the current comparison's results in docs/benchmarks.md
@@ -74,11 +74,6 @@ def curves(results: Sequence[dict]) -> pd.DataFrame:
             rows.append({"arm": _label_of(runs), "step": step, "rollouts": spent, "mean": mean, "ci95": half,
                          "seeds": len(runs)})
     return pd.DataFrame(rows, columns=["arm", "step", "rollouts", "mean", "ci95", "seeds"])
-
-
-def generated_beyond_batch(runs: Sequence[dict]) -> bool:
-    """Whether the arm drew more than its batch (verl's dynamic sampling logged its drops)."""
-    return any("filter_groups" in r for r in runs)
 
 
 def _fmt(mean: float, half: float, digits: int = 3, sign: bool = False) -> str:
@@ -133,50 +128,14 @@ def sampler_table(results: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).T.fillna("-")
 
 
-def _by_seed(runs: Sequence[dict]) -> dict[int, dict]:
-    return {r["spec"]["seed"]: r for r in runs}
-
-
-def _curve_matrix(runs: dict[int, dict], seeds: Sequence[int], steps: Sequence[int]) -> np.ndarray:
-    return np.array([[runs[seed]["validation"][str(step)] for step in steps] for seed in seeds], dtype=float)
-
-
-def _aligned(arm: dict[int, dict], reference: dict[int, dict]
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The two arms' held-out curves on the seeds and validation steps both have, the arm's generated rollouts at
-    those steps per seed, and the reference's (mean over seeds, the same every seed); None when nothing is shared."""
-    seeds = sorted(set(arm) & set(reference))
-    if not seeds:
-        return None
-    steps = sorted(set.intersection(*({int(s) for s in runs[seed]["validation"]}
-                                      for runs in (arm, reference) for seed in seeds)))
-    if not steps:
-        return None
-    x_arm = np.array([generated_rollouts(arm[seed], steps) for seed in seeds])
-    x_reference = np.array([generated_rollouts(reference[seed], steps) for seed in seeds]).mean(0)
-    return _curve_matrix(arm, seeds, steps), _curve_matrix(reference, seeds, steps), x_arm, x_reference
-
-
 def reach_ratio(arm: dict[int, dict], reference: dict[int, dict]) -> float:
     """Rollouts for ``arm``'s seed-mean held-out curve to reach the reference's final value, over the reference's
     own (the token-level lab's definition, instruments/stats.py), on the seeds and validation steps both have;
     inf when the arm never reaches it, nan when nothing is shared or the reference starts at its final value."""
-    aligned = _aligned(arm, reference)
-    if aligned is None:
+    paired = pairing.pair(arm, reference)
+    if paired is None:
         return float("nan")
-    curves, reference_curves, x_by_seed, x_reference = aligned
-    return lab_stats.reach_ratio(curves, reference_curves, x_by_seed.mean(0), x_reference)
-
-
-def reach_interval(arm: dict[int, dict], reference: dict[int, dict]) -> lab_stats.Interval:
-    """:func:`reach_ratio` with the token-level lab's paired bootstrap CI over the shared seeds (with a handful of
-    seeds and four validations it is coarse, and says so by its width)."""
-    aligned = _aligned(arm, reference)
-    nan = float("nan")
-    if aligned is None:
-        return lab_stats.Interval(nan, nan, nan)
-    curves, reference_curves, x_by_seed, x_reference = aligned
-    return lab_stats.reach_interval(curves, reference_curves, x_by_seed.mean(0), x_reference)
+    return lab_stats.reach_ratio(paired.curves, paired.reference, paired.x_by_seed.mean(0), paired.x_reference)
 
 
 def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None) -> tuple[str, int] | None:
@@ -189,39 +148,33 @@ def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None
 
 def paired_differences(results: Sequence[dict], reference: tuple[str, int] | None = ("grpo", 8)) -> pd.DataFrame:
     """Every arm against ``reference`` (or the first arm when it has no results), paired by seed: the difference of
-    final held-out pass rates (mean ± 95% t-interval over the shared seeds; an arm that drew beyond its batch is
-    read at the reference's final rollouts instead of its last step) and the rollouts to reach the reference's final
-    pass rate as a ratio to the reference's (:func:`reach_ratio`)."""
+    final held-out pass rates (mean ± 95% t-interval over the shared seeds, at the last validation both have; an arm
+    that drew beyond its batch is read at the reference's final rollouts instead) and the rollouts to reach the
+    reference's final pass rate as a ratio to the reference's (:func:`reach_ratio`), with its paired bootstrap CI:
+    ``pairing.pair``'s reading, which the no-revisit summary judges."""
     reference = resolve_reference(results, reference)
     if reference is None:
         return pd.DataFrame()
     arms = _arms(results)
-    ref = _by_seed(arms[reference])
+    ref = pairing.by_seed(arms[reference])
     ref_label = _label_of(arms[reference])
     rows = {}
     for key, runs in arms.items():
-        mine = _by_seed(runs)
-        seeds = sorted(set(mine) & set(ref))
         if key == reference:
-            rows[_label_of(runs)] = {"seeds": str(len(seeds)), f"minus {ref_label} (final)": "-", "95% CI": "-",
+            rows[_label_of(runs)] = {"seeds": str(len(ref)), f"minus {ref_label} (final)": "-", "95% CI": "-",
                                      "rollouts to reach, x ref": "1 (by definition)", "its 95% CI": "-"}
             continue
-        if not seeds:
+        paired = pairing.pair(pairing.by_seed(runs), ref)
+        if paired is None:
             continue
-        if generated_beyond_batch(runs):  # read at the reference's final rollouts, as the no-revisit summary does
-            curves, reference_curves, x_by_seed, x_reference = _aligned(mine, ref)
-            read = regime.generated_arm_summary(curves, x_by_seed, reference_curves, x_reference)
-            mean, half, reach = read.difference.value, read.difference.high - read.difference.value, read.reach
-        else:
-            diffs = [mine[seed]["summary"]["val after"] - ref[seed]["summary"]["val after"] for seed in seeds]
-            mean, half = mean_ci(diffs)
-            reach = reach_interval(mine, ref)
+        read = paired.reading()  # the no-revisit summary's own reading (pairing.py)
+        mean, half = read.difference.value, read.difference.high - read.difference.value
         verdict = ("no difference resolved" if math.isnan(half) or abs(mean) <= half
                    else f"{key[0] if mean > 0 else reference[0]} ahead")
-        rows[_label_of(runs)] = {"seeds": str(len(seeds)), f"minus {ref_label} (final)": _fmt(mean, half, sign=True),
-                                 "95% CI": verdict,
-                                 "rollouts to reach, x ref": lab_stats.format_reach(reach, point=True),
-                                 "its 95% CI": lab_stats.format_reach_bounds(reach)}
+        rows[_label_of(runs)] = {"seeds": str(len(paired.seeds)),
+                                 f"minus {ref_label} (final)": _fmt(mean, half, sign=True), "95% CI": verdict,
+                                 "rollouts to reach, x ref": lab_stats.format_reach(read.reach, point=True),
+                                 "its 95% CI": lab_stats.format_reach_bounds(read.reach)}
     return pd.DataFrame(rows).T
 
 
@@ -233,20 +186,21 @@ def plot_comparison(results: Sequence[dict], out_png: Path, reference: tuple[str
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     arms = _arms(results)
     reference = resolve_reference(results, reference)
-    ref = _by_seed(arms[reference]) if reference is not None else {}
+    ref = pairing.by_seed(arms[reference]) if reference is not None else {}
     for i, (key, runs) in enumerate(arms.items()):
         color, label = colors[i % len(colors)], _label_of(runs)
         frame = curves(runs)
         axes[0].plot(frame["rollouts"], frame["mean"], marker="o", color=color, label=label)
         band = frame["ci95"].fillna(0.0)
         axes[0].fill_between(frame["rollouts"], frame["mean"] - band, frame["mean"] + band, color=color, alpha=0.15)
-        aligned = None if key == reference else _aligned(_by_seed(runs), ref)
-        if aligned is None:
+        paired = None if key == reference else pairing.pair(pairing.by_seed(runs), ref)
+        if paired is None:
             continue
-        mine, reference_curves, x_by_seed, x_reference = aligned
-        shared = x_reference <= x_by_seed[:, -1].min()  # where every seed's curve has been validated
-        read = np.array([np.interp(x_reference[shared], x, curve) for x, curve in zip(x_by_seed, mine, strict=True)])
-        diff = read - reference_curves[:, shared]
+        x_reference = paired.x_reference
+        shared = x_reference <= paired.x_by_seed[:, -1].min()  # where every seed's curve has been validated
+        read = np.array([np.interp(x_reference[shared], x, curve)
+                         for x, curve in zip(paired.x_by_seed, paired.curves, strict=True)])
+        diff = read - paired.reference[:, shared]
         stats_at = [mean_ci(diff[:, j]) for j in range(diff.shape[1])]
         mean = np.array([m for m, _ in stats_at])
         half = np.nan_to_num(np.array([h for _, h in stats_at]))
@@ -314,7 +268,7 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
     ref = resolve_reference(results, reference)
     ref_label = _label_of(_arms(results)[ref]) if ref is not None else "the reference"
     sampler = sampler_table(results)
-    generated = [runs for runs in _arms(results).values() if generated_beyond_batch(runs)]
+    generated = [runs for runs in _arms(results).values() if pairing.drew_beyond_batch(runs)]
     begin, end = markers(section)
     return "\n".join([
         begin,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from instruments import regime
-from instruments.demo import compare
+from instruments.demo import compare, pairing
 from instruments.demo import reward as demo_reward
 from instruments.demo.compare import file_sha256
 from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
@@ -161,10 +161,6 @@ def read_priors_record(work_dir: Path) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------ the summary
-def _matrix(runs: Mapping[int, dict], seeds: Sequence[int], steps: Sequence[int]) -> np.ndarray:
-    return np.array([[runs[seed]["validation"][str(step)] for step in steps] for seed in seeds], dtype=float)
-
-
 def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: Mapping[str, Any] | None,
               command: str, machine: str, missing: Sequence[str] = (),
               instrument: str | None = None) -> regime.InstrumentSummary:
@@ -187,33 +183,28 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
     if not seeds:
         raise ValueError(f"no seed has finished every arm of {sorted(by_arm)}")
     used = [runs[seed] for runs in by_arm.values() for seed in seeds]
-    steps = sorted(set.intersection(*({int(step) for step in r["validation"]} for r in used)))
+    steps = pairing.shared_steps(used)
     budgets = {r["spec"]["n"] * r["spec"]["batch"] for r in used}
     if len(budgets) != 1:
         raise ValueError(f"the arms spend different rollouts a step ({sorted(budgets)}): they cannot be paired")
-    x = np.asarray(steps, dtype=float) * budgets.pop()  # rollouts at each validation, from 0
-    reference = _matrix(by_arm[regime.REFERENCE], seeds, steps)
     prior_rollouts = None if priors is None else int(priors["rollouts"])
     arms = {}
     for key in (k for k in regime.ARMS if k in by_arm):
-        curves = _matrix(by_arm[key], seeds, steps)
         if regime.ARMS[key].generated:
             for seed in seeds:
                 check_pool_not_exhausted(by_arm[key][seed])
-            generated = np.array([compare.generated_rollouts(by_arm[key][seed], steps) for seed in seeds])
-            arms[key] = regime.generated_arm_summary(curves, generated, reference, x)
-            continue
-        if not regime.ARMS[key].priors:
-            arms[key] = regime.arm_summary(curves, x, reference, x)
-            continue
-        if priors is None:
-            raise ValueError(f"{key} read offline priors, and no priors record was given: their rollouts must count")
-        stale = [s for s in seeds if by_arm[key][s].get("priors_sha256") != priors["sha256"]]
-        if stale:
-            raise ValueError(f"{key}'s runs of seeds {stale} read another priors file than {priors['file']}")
-        # placed after its priors: the run's curve starts at the priors' rollouts (docs/regime.md, addendum); its
-        # final, like the other instruments', is the judged one (priors counted)
-        arms[key] = regime.arm_summary(curves, x, reference, x, prior_rollouts)
+        if regime.ARMS[key].priors:
+            if priors is None:
+                raise ValueError(f"{key} read offline priors, and no priors record was given: their rollouts must "
+                                 "count")
+            stale = [s for s in seeds if by_arm[key][s].get("priors_sha256") != priors["sha256"]]
+            if stale:
+                raise ValueError(f"{key}'s runs of seeds {stale} read another priors file than {priors['file']}")
+        # the reading of benchmarks.md's differences table (pairing.py). A priors arm is placed after its priors: its
+        # curve starts at the priors' rollouts (docs/regime.md, addendum); its final, like the other instruments', is
+        # the judged one (priors counted)
+        paired = pairing.pair(by_arm[key], by_arm[regime.REFERENCE], seeds, steps)
+        arms[key] = paired.reading(prior_rollouts if regime.ARMS[key].priors else None)
     revisits = _revisits(used)
     if revisits["max"] > 1:
         raise ValueError(f"a prompt was drawn {revisits['max']:g} times in one run: these runs are not the no-revisit "

@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, compare_report, report
+from instruments.demo import compare, compare_report, pairing, report
 from instruments.demo.pipeline import DemoSettings, Prepared
 from instruments.demo.verl_run import verl_overrides
 from tests._scripts import load_script
@@ -452,7 +452,7 @@ def test_rollouts_to_reach_the_reference_by_hand():
     fast = [_result("spo", 1, 0, 0, curve={0: 0.1, 10: 0.5, 20: 0.6}),
             _result("spo", 1, 1, 0, curve={0: 0.3, 10: 0.7, 20: 0.8})]
     slow = [_result("spo_sampler", 1, s, 0, curve={0: 0.2, 10: 0.3, 20: 0.45}) for s in (0, 1)]
-    by_seed = compare_report._by_seed
+    by_seed = pairing.by_seed
     assert compare_report.reach_ratio(by_seed(fast), by_seed(ref)) == pytest.approx(0.375)
     assert math.isinf(compare_report.reach_ratio(by_seed(slow), by_seed(ref)))
     diffs = compare_report.paired_differences(ref + fast + slow)

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from bv_blend.codebook import CLUSTER_KEY
-from instruments import regime
+from instruments import regime, stats
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import compare, compare_report, no_revisit, pipeline
 from instruments.demo.pipeline import DemoSettings, Prepared
@@ -265,6 +265,40 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     lines = load_script("regime_report").recommendation_lines({"verl_cpu": five})
     recommended = next(line for line in lines if line.startswith(("**Recommendation: ", "**Tied**")))
     assert "| arm | needs | verl_cpu |" in lines and "stays" not in recommended, recommended
+
+
+def test_the_summary_and_the_benchmarks_table_read_every_arm_alike(tmp_path):
+    """The regime summary (what the rule judges) and benchmarks.md's differences table pair each arm with grpo:8
+    through one function (pairing.py), so they give the same difference and reach, dynamic sampling included: it
+    drops 2 groups of 8 a step in steps 1-30, so it has generated grpo:8's final 1,920 rollouts before its step 60
+    and both read it there. The table leaves a priors arm's priors out (its training-only difference)."""
+    results = _load(tmp_path, _save_results(tmp_path, extra_reference_seed=False))
+    for reference in [r for r in results if r["spec"]["arm"] == "grpo" and r["spec"]["n"] == 8]:
+        seed = reference["spec"]["seed"]
+        results.append({**reference, "spec": {**reference["spec"], "arm": "grpo_dynamic"},
+                        "settings": {"steps": 60, "n_train": 1920},
+                        "validation": {"0": 0.20, "20": 0.30, "40": 0.36 + 0.01 * seed,
+                                       "60": 0.40 + 0.01 * seed},
+                        "filter_groups": {"evicted_samples": {str(step): 2.0 for step in range(1, 31)}}})
+    summary = no_revisit.summarize(results, PREPARATION, PRIORS, "c", "CPU: test")
+    table = compare_report.paired_differences(results)
+    column = next(c for c in table.columns if c.startswith("minus "))
+    compared = 0
+    for label, row in table.iterrows():
+        key = no_revisit.regime_key(*next((r["spec"]["arm"], r["spec"]["n"]) for r in results
+                                          if label.startswith(f"{r['spec']['arm']} n={r['spec']['n']} ")))
+        if key == regime.REFERENCE:
+            continue
+        arm = summary.arms[key]
+        difference = arm.training_only if arm.training_only is not None else arm.difference
+        assert float(row[column].split(" ")[0]) == pytest.approx(difference.value, abs=6e-4), key  # to 3 digits
+        if not regime.ARMS[key].priors:  # the table places no arm after its priors
+            assert row["rollouts to reach, x ref"] == stats.format_reach(arm.reach, point=True), key
+        compared += 1
+    assert compared == len(summary.arms) - 1 == len(no_revisit.RUN_ORDER)
+    # read at 1,920 rollouts: steps 40 (1,760) and 60 (2,400) bracket it, a quarter of the way from 0.36 + 0.01 x seed
+    # to 0.40 + 0.01 x seed (at its step 60 it would read 0.40, 0.41, 0.42)
+    assert summary.arms["grpo8_dynamic"].finals == pytest.approx([0.37, 0.38, 0.39])
 
 
 def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
