@@ -1,0 +1,82 @@
+"""What each verl run on CPU holds in memory: the summed proportional set size (PSS) of every process that carries
+the run's marker (``launch.RUN_ID_ENV``: the trainer, Ray's GCS and raylet, its workers, vLLM's engine), sampled.
+
+PSS shares each page among the processes that map it, so pages that a run's many Python processes share (torch's
+and verl's libraries) count once, and the sum is what the run takes from the machine. ``scripts/run_memory.py`` is
+the command; docs/cpu.md reports what it measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from instruments.cpu.launch import RUN_ID_ENV
+
+GIB = 2**30
+
+
+def _run_of(proc: Path) -> str | None:
+    prefix = f"{RUN_ID_ENV}=".encode()
+    for entry in (proc / "environ").read_bytes().split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode(errors="replace")
+    return None
+
+
+def _pss_bytes(proc: Path) -> int:
+    for line in (proc / "smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024  # kB
+    return 0
+
+
+def runs_memory(proc_root: Path = Path("/proc")) -> dict[str, float]:
+    """Run id -> the GiB its live processes hold now (only the processes this user may read)."""
+    held: dict[str, int] = {}
+    for proc in proc_root.glob("[0-9]*"):
+        try:
+            run = _run_of(proc)
+            if run is not None:
+                held[run] = held.get(run, 0) + _pss_bytes(proc)
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return {run: size / GIB for run, size in held.items()}
+
+
+def available_gib(meminfo: Path = Path("/proc/meminfo")) -> float:
+    """The kernel's estimate of memory a new process can take without swapping (MemAvailable)."""
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024 / GIB
+    raise ValueError(f"{meminfo} has no MemAvailable line: not a Linux kernel this measures")
+
+
+@dataclass
+class RunPeak:
+    peak_gib: float = 0.0
+    first_seen: str = ""  # UTC, HH:MM:SS
+    last_seen: str = ""
+    least_available_gib: float = float("inf")  # the machine's, while the run was alive
+    samples: int = 0
+
+
+@dataclass
+class MemoryWatch:
+    """Each run's peak over repeated :meth:`sample` calls (a run is known by its marker, so runs that start and end
+    while it watches are each kept)."""
+
+    runs: dict[str, RunPeak] = field(default_factory=dict)
+    least_available_gib: float = float("inf")
+
+    def sample(self, now: Callable[[], str] = lambda: time.strftime("%H:%M:%S", time.gmtime())) -> None:
+        held, available, stamp = runs_memory(), available_gib(), now()
+        self.least_available_gib = min(self.least_available_gib, available)
+        for run, gib in held.items():
+            peak = self.runs.setdefault(run, RunPeak(first_seen=stamp))
+            peak.peak_gib = max(peak.peak_gib, gib)
+            peak.last_seen = stamp
+            peak.least_available_gib = min(peak.least_available_gib, available)
+            peak.samples += 1

@@ -1,0 +1,76 @@
+"""The run-memory instrument (instruments/cpu/memory.py, scripts/run_memory.py) on real processes: one that carries a
+run's marker and holds a known amount of memory, one that holds as much without the marker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from instruments.cpu.launch import RUN_ID_ENV
+from instruments.cpu.memory import MemoryWatch, available_gib, runs_memory
+from tests._scripts import load_script
+
+HOLD_MIB = 256
+# touches every page of a buffer so that it is resident, says so, then waits to be stopped
+HOLDER = (f"import sys, time; b = bytearray({HOLD_MIB} * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+          "print('ready', flush=True); time.sleep(300)")
+
+
+@pytest.fixture
+def holders():
+    """A marked process and an unmarked one, each holding HOLD_MIB MiB; yields the marked one's run id."""
+    run = "memory-test-" + uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}
+    marked = subprocess.Popen([sys.executable, "-c", HOLDER], env={**env, RUN_ID_ENV: run}, stdout=subprocess.PIPE)
+    unmarked = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE)
+    try:
+        for process in (marked, unmarked):
+            assert process.stdout.readline().strip() == b"ready"
+        yield run
+    finally:
+        for process in (marked, unmarked):
+            process.kill()
+            process.wait()
+
+
+def test_a_runs_memory_is_its_marked_processes_and_only_theirs(holders):
+    held = runs_memory()
+    # the buffer, plus an interpreter's own pages (its share of the libraries it maps with other processes)
+    assert HOLD_MIB / 1024 <= held[holders] < HOLD_MIB / 1024 + 0.25
+    total_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    assert 0 < available_gib() <= total_gib
+
+
+def test_the_watch_keeps_each_runs_peak_after_the_run_ends(holders):
+    watch = MemoryWatch()
+    watch.sample(now=lambda: "12:00:00")
+    peak = watch.runs[holders]
+    assert peak.peak_gib >= HOLD_MIB / 1024 and peak.first_seen == peak.last_seen == "12:00:00"
+    assert peak.least_available_gib == watch.least_available_gib < float("inf")
+
+
+def test_the_script_writes_what_it_saw_and_prints_the_table(holders, tmp_path, capsys):
+    out = tmp_path / "peaks.json"
+    assert load_script("run_memory").main(["--seconds", "1", "--interval", "0.2", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["runs"][holders]["peak_gib"] >= HOLD_MIB / 1024 and saved["cpu"].startswith("CPU: ")
+    assert holders[:44] in capsys.readouterr().out
+    for argv, message in ((["--interval", "0"], "--interval must be above 0"),
+                          (["--out", str(tmp_path / "missing" / "p.json")], "its folder does not exist")):
+        with pytest.raises(SystemExit):
+            load_script("run_memory").main(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_a_run_that_ended_is_not_held():
+    run = "memory-test-" + uuid.uuid4().hex
+    process = subprocess.Popen([sys.executable, "-c", "pass"], env={**os.environ, RUN_ID_ENV: run})
+    process.wait()
+    time.sleep(0.1)
+    assert run not in runs_memory()
