@@ -47,12 +47,23 @@ def test_a_runs_memory_is_its_marked_processes_and_only_theirs(holders):
     assert 0 < available_gib() <= total_gib
 
 
-def test_the_watch_keeps_each_runs_peak_after_the_run_ends(holders):
-    watch = MemoryWatch()
-    watch.sample(now=lambda: "12:00:00")
-    peak = watch.runs[holders]
+def test_the_watch_keeps_each_runs_peak_after_the_run_ends():
+    run = "memory-test-" + uuid.uuid4().hex
+    process = subprocess.Popen([sys.executable, "-c", HOLDER], env={**os.environ, RUN_ID_ENV: run},
+                               stdout=subprocess.PIPE)
+    try:
+        assert process.stdout.readline().strip() == b"ready"
+        watch = MemoryWatch()
+        watch.sample(now=lambda: "12:00:00")
+    finally:
+        process.kill()
+        process.wait()
+    peak = watch.runs[run]
     assert peak.peak_gib >= HOLD_MIB / 1024 and peak.first_seen == peak.last_seen == "12:00:00"
     assert peak.least_available_gib == watch.least_available_gib < float("inf")
+    watch.sample(now=lambda: "12:00:05")  # the run is gone: its peak stays, as last seen
+    assert run not in runs_memory() and watch.runs[run].peak_gib == peak.peak_gib
+    assert (watch.runs[run].last_seen, watch.runs[run].samples) == ("12:00:00", 1)
 
 
 def test_the_script_writes_what_it_saw_and_prints_the_table(holders, tmp_path, capsys):

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from instruments.cpu import cpu_env
@@ -32,17 +33,23 @@ def trainer_command(overrides: list[str], cpu_config: str = DEFAULT_CPU_CONFIG) 
     return [sys.executable, "-m", "verl.trainer.main_ppo", "--config-name", cpu_config, *overrides]
 
 
-def processes_of_run(run_id: str) -> list[int]:
-    """Pids of every live process that inherited this run's marker, wherever it moved (Ray daemons call setsid)."""
-    marker = f"{RUN_ID_ENV}={run_id}".encode()
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
+def marked_processes(proc_root: Path = Path("/proc")) -> Iterator[tuple[Path, str]]:
+    """Each live process that carries a run's marker (this user's to read), with the run's id: the one reader of the
+    marker, for the clean-up here and for what a run holds in memory (instruments/cpu/memory.py)."""
+    prefix = f"{RUN_ID_ENV}=".encode()
+    for proc in proc_root.glob("[0-9]*"):
         try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                pids.append(int(proc.name))
+            environ = (proc / "environ").read_bytes()
         except OSError:  # gone, or not ours to read
             continue
-    return [pid for pid in pids if pid != os.getpid()]
+        run = next((entry[len(prefix):] for entry in environ.split(b"\0") if entry.startswith(prefix)), None)
+        if run is not None:
+            yield proc, run.decode(errors="replace")
+
+
+def processes_of_run(run_id: str) -> list[int]:
+    """Pids of every live process that inherited this run's marker, wherever it moved (Ray daemons call setsid)."""
+    return [int(proc.name) for proc, run in marked_processes() if run == run_id and int(proc.name) != os.getpid()]
 
 
 def _stop_run(pgid: int, run_id: str) -> None:

@@ -13,17 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instruments.cpu.launch import RUN_ID_ENV
+from instruments.cpu.launch import marked_processes
 
 GIB = 2**30
-
-
-def _run_of(proc: Path) -> str | None:
-    prefix = f"{RUN_ID_ENV}=".encode()
-    for entry in (proc / "environ").read_bytes().split(b"\0"):
-        if entry.startswith(prefix):
-            return entry[len(prefix):].decode(errors="replace")
-    return None
 
 
 def _pss_bytes(proc: Path) -> int:
@@ -36,11 +28,9 @@ def _pss_bytes(proc: Path) -> int:
 def runs_memory(proc_root: Path = Path("/proc")) -> dict[str, float]:
     """Run id -> the GiB its live processes hold now (only the processes this user may read)."""
     held: dict[str, int] = {}
-    for proc in proc_root.glob("[0-9]*"):
+    for proc, run in marked_processes(proc_root):
         try:
-            run = _run_of(proc)
-            if run is not None:
-                held[run] = held.get(run, 0) + _pss_bytes(proc)
+            held[run] = held.get(run, 0) + _pss_bytes(proc)
         except (OSError, ValueError):  # gone meanwhile, or not ours to read
             continue
     return {run: size / GIB for run, size in held.items()}

@@ -43,7 +43,6 @@ class Paired:
     """An arm's and the reference's held-out curves (seeds, validations) and the rollouts each had generated there."""
 
     seeds: list[int]
-    steps: list[int]
     curves: np.ndarray
     reference: np.ndarray
     x_by_seed: np.ndarray  # the arm's, per seed: they differ between seeds only where it drew beyond its batch
@@ -72,5 +71,5 @@ def pair(arm: RunsBySeed, reference: RunsBySeed, seeds: Sequence[int] | None = N
         return None
     x_by_seed = np.array([generated_rollouts(arm[seed], steps) for seed in seeds])
     x_reference = np.array([generated_rollouts(reference[seed], steps) for seed in seeds]).mean(0)
-    return Paired(seeds, list(steps), _matrix(arm, seeds, steps), _matrix(reference, seeds, steps), x_by_seed,
+    return Paired(seeds, _matrix(arm, seeds, steps), _matrix(reference, seeds, steps), x_by_seed,
                   x_reference, drew_beyond_batch([arm[seed] for seed in seeds]))
