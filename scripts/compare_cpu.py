@@ -4,7 +4,8 @@ seed with a reference arm; writes tables and a plot into docs/benchmarks.md (doc
 
 Runs unattended for hours and resumes: run the same command again after an interruption, and the finished runs
 are skipped (an unfinished one resumes from its last checkpoint, saved at every validation step). Ctrl-C or
-SIGTERM stops the current verl run and every process it started.
+SIGTERM stops the current verl run and every process it started. Each run's result records the most memory it held;
+a run is not started where the machine has less available than the comparison's finished runs held.
 
     python scripts/compare_cpu.py                                   # GRPO and BV-Blend at n=4 and n=2, 3 seeds
     python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
@@ -31,6 +32,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from instruments import regime
+from instruments.cpu import memory
 from instruments.demo import compare, compare_report, no_revisit
 from instruments.demo.pipeline import TINY, DemoSettings, prepare
 from instruments.demo.task import TASKS
@@ -74,6 +76,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model", default=TINY,
                    help="tiny (built here and warmed up, the default), smollm2 (SmolLM2-135M-Instruct, offline) or a "
                         "local HF causal LM folder; a pretrained model's regime summary is pretrained_lm.json")
+    p.add_argument("--no-memory-check", dest="memory_check", action="store_false",
+                   help="start each run even where the machine has less memory available than this comparison's "
+                        "finished runs held (by default the run is refused, naming the verl runs holding memory)")
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
                    help="a pretrained model's compute dtype, one for every run (auto: bf16 with AMX, else fp32; "
                    "bf16 needs AVX-512-BF16)")
@@ -122,15 +127,19 @@ def fixed_settings(a: argparse.Namespace) -> None:
     a.lr, a.steps = float(fixed["lr"]), int(fixed["steps"])
 
 
+def demo_settings(a: argparse.Namespace) -> DemoSettings:
+    # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
+    return DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
+                        val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool, task=a.task,
+                        distinct_train=a.distinct_train, model=a.model, dtype=a.dtype)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
     # SIGTERM ends the process through Python's exit path, so that run_trainer's clean-up stops the verl run
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
-    s = DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
-                     val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool, task=a.task,
-                     distinct_train=a.distinct_train, model=a.model, dtype=a.dtype)
+    s = demo_settings(a)
     key = compare.settings_key(s)
     todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
@@ -152,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
             if spec.reads_priors and prepared.priors is None:
                 failed.append(spec.name)
                 continue
+            if a.memory_check:
+                fits_or_exit(a.out, a.specs, key)
             runs.set_postfix_str(spec.name)
             with tqdm(total=a.steps, desc=f"  {spec.name}", unit="step", position=1, leave=False) as steps:
                 try:
@@ -165,6 +176,19 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"[compare] {len(failed)} run(s) failed: {', '.join(failed)}. Their logs say why; run the same "
                  "command again to retry them (finished runs are kept). No results were written.")
     write_report(a, argv, s, a.specs, started)
+
+
+def fits_or_exit(out: Path, specs: list, key: dict[str, str]) -> None:
+    """Ends the comparison, keeping its finished runs, where the machine has less memory available than its runs held
+    (instruments/cpu/memory.py): a run started beside another verl run would be killed for memory, not finish."""
+    needed = compare.memory_needed(out, specs, key)
+    if needed is None:
+        return
+    try:
+        memory.refuse_unless_it_fits(needed[0], f"the most of this comparison's finished runs, {needed[1]}")
+    except memory.NotEnoughMemory as e:
+        sys.exit(f"[compare] {e}. Wait for them to end or stop them, then run the same command again (finished runs "
+                 "are kept); --no-memory-check starts the run anyway.")
 
 
 def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finished: list, started: float,

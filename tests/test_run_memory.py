@@ -12,8 +12,16 @@ import uuid
 
 import pytest
 
+from instruments.cpu import memory
 from instruments.cpu.launch import RUN_ID_ENV
-from instruments.cpu.memory import MemoryWatch, available_gib, runs_memory
+from instruments.cpu.memory import (
+    MemoryWatch,
+    NotEnoughMemory,
+    available_gib,
+    refuse_unless_it_fits,
+    runs_memory,
+    watching,
+)
 from tests._scripts import load_script
 
 HOLD_MIB = 256
@@ -85,3 +93,32 @@ def test_a_run_that_ended_is_not_held():
     process.wait()
     time.sleep(0.1)
     assert run not in runs_memory()
+
+
+def test_watching_samples_a_live_run_in_the_background_until_the_block_ends(holders):
+    with watching(interval_s=0.05) as watch:
+        time.sleep(0.5)
+    samples = watch.runs[holders].samples
+    assert watch.runs[holders].peak_gib >= HOLD_MIB / 1024 and samples >= 2
+    time.sleep(0.2)
+    assert watch.runs[holders].samples == samples, "the watch went on sampling after its block"
+
+
+def test_a_machine_whose_memory_cannot_be_read_loses_the_measurement_not_the_run(monkeypatch):
+    def unreadable():
+        raise ValueError("/proc/meminfo has no MemAvailable line")
+
+    monkeypatch.setattr(memory, "available_gib", unreadable)
+    ran = False
+    with watching(interval_s=0.01) as watch:
+        ran = True
+    assert ran and watch.runs == {} and watch.least_available_gib == float("inf")
+
+
+def test_a_run_that_does_not_fit_is_refused_naming_the_runs_holding_memory(holders):
+    refuse_unless_it_fits(0.0, "a run that held nothing")  # fits: no error
+    with pytest.raises(NotEnoughMemory) as refused:
+        refuse_unless_it_fits(available_gib() + 1000.0, "grpo_n8_seed0's peak")
+    message = str(refused.value)
+    assert "GiB of memory is available and a run of these settings held" in message
+    assert "grpo_n8_seed0's peak" in message and f"run marker {holders[:12]}" in message

@@ -3,13 +3,17 @@ the run's marker (``launch.RUN_ID_ENV``: the trainer, Ray's GCS and raylet, its 
 
 PSS shares each page among the processes that map it, so pages that a run's many Python processes share (torch's
 and verl's libraries) count once, and the sum is what the run takes from the machine. ``scripts/run_memory.py`` is
-the command; docs/cpu.md reports what it measured.
+the command that watches every run; :func:`watching` is how the demo and the comparison record each of their runs'
+peak, and :func:`refuse_unless_it_fits` how the comparison declines to start a run the machine cannot hold.
+docs/cpu.md reports what was measured.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,3 +74,52 @@ class MemoryWatch:
             peak.last_seen = stamp
             peak.least_available_gib = min(peak.least_available_gib, available)
             peak.samples += 1
+
+
+@contextlib.contextmanager
+def watching(interval_s: float = 5.0) -> Iterator[MemoryWatch]:
+    """A :class:`MemoryWatch` sampled in a background thread while the block runs, and once more at its end.
+
+    A machine whose memory cannot be read this way (no ``/proc``, no MemAvailable) leaves the watch empty: the
+    measurement is lost, never the run it measures."""
+    watch, stop = MemoryWatch(), threading.Event()
+
+    def sample() -> bool:
+        try:
+            watch.sample()
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def loop() -> None:
+        while sample() and not stop.wait(interval_s):
+            pass
+
+    thread = threading.Thread(target=loop, name="memory-watch", daemon=True)
+    thread.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        thread.join()
+
+
+class NotEnoughMemory(RuntimeError):
+    """The machine has less memory available than a run of these settings was measured to hold."""
+
+
+def refuse_unless_it_fits(need_gib: float, measured: str) -> None:
+    """Raises :class:`NotEnoughMemory` when less than ``need_gib`` is available now; ``measured`` says where the need
+    was measured (the run that held it). The message names the verl runs already holding memory here (two SmolLM2 runs
+    do not fit in 24 GiB: the one started second would be killed for memory, perhaps an hour in); the caller adds
+    what to do."""
+    available = available_gib()
+    if available >= need_gib:
+        return
+    others = runs_memory()
+    holders = ("; the verl runs on this machine hold " + ", ".join(f"{gib:.1f} GiB (run marker {run[:12]})"
+                                                                 for run, gib in sorted(others.items()))
+               if others else "; no verl run of this launcher is live here, so something else holds it")
+    raise NotEnoughMemory(
+        f"{available:.1f} GiB of memory is available and a run of these settings held {need_gib:.1f} GiB "
+        f"({measured}){holders}")

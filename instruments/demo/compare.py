@@ -226,6 +226,15 @@ def pending(out: Path, specs: Sequence[RunSpec], key: dict[str, str]) -> list[Ru
     return [spec for spec in specs if load_result(out, spec, key) is None]
 
 
+def memory_needed(out: Path, specs: Sequence[RunSpec], key: dict[str, str]) -> tuple[float, str] | None:
+    """The most memory a finished run of this comparison held (GiB), and which run: what its next run needs (every
+    run has the same settings and rollouts a step); None before any run recorded it (results made before
+    ``peak_memory_gib`` was recorded have none)."""
+    held = [(result["peak_memory_gib"], spec.name) for spec in specs
+            if (result := load_result(out, spec, key)) is not None and "peak_memory_gib" in result]
+    return max(held) if held else None
+
+
 def save_result(out: Path, spec: RunSpec, result: dict) -> Path:
     """Writes result.json atomically: a run interrupted while saving is not taken for finished."""
     path = run_dir(out, spec) / RESULT_FILE
@@ -436,6 +445,9 @@ def run_one(s: DemoSettings, prepared: Prepared, out: Path, spec: RunSpec, key: 
     # when, and from which code: a comparison spans sessions and machines (issue 38)
     result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": verl_ended_utc(attempts),
                "commit": code_commit()}
+    peaks = [a["peak_memory_gib"] for a in attempts if "peak_memory_gib" in a]
+    if peaks:  # what the next run of these settings needs (memory_needed), and what the docs quote
+        result["peak_memory_gib"] = max(peaks)
     if resumed_from:
         result["resumed_from_steps"] = resumed_from
         result["attempt_cpus"] = [a.get("cpu", "unknown") for a in attempts]

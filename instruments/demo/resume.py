@@ -13,7 +13,8 @@ the latest one. What a run folder holds across attempts:
   ``metrics.jsonl`` when a run starts); :func:`metrics_files` lists them in order, ``metrics.jsonl`` last;
 - ``verl.part<i>.log``: attempt i's log; the rollout and validation dumps of steps after N are removed (the resumed
   attempt writes its own);
-- ``attempts.json``: each attempt's start (UTC), the step it resumed from, its wall time and its CPU.
+- ``attempts.json``: each attempt's start (UTC), the step it resumed from, its wall time, its CPU and the most
+  memory it held (``memory.json``, written by instruments/demo/verl_run.py after verl exits, moves into it).
 
 The checkpoints go when the run's result is saved (:func:`drop_checkpoints`): a SmolLM2 checkpoint is ~1.6 GB.
 vLLM-CPU's sampling is not reproducible between runs anyway (issue 38), so a resumed run is a valid sample of the same
@@ -30,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bv_blend.core.jsonl import jsonl_lines
+from instruments.demo.verl_run import MEMORY_FILE
 from instruments.machine import describe_cpu
 
 CHECKPOINTS = "checkpoints"
@@ -108,12 +110,16 @@ def start_attempt(run_dir: Path, from_step: int | None) -> None:
                      "started_unix": time.time(), "from_step": from_step or 0, "wall_s": None,
                      "cpu": describe_cpu()})  # a folder that persists may be resumed on another kind of machine
     (run_dir / ATTEMPTS).write_text(json.dumps(attempts, indent=1))
+    (run_dir / MEMORY_FILE).unlink(missing_ok=True)  # an earlier attempt's, not this one's
 
 
 def finish_attempt(run_dir: Path) -> list[dict]:
-    """Closes the last attempt; returns every attempt (each with its wall time)."""
+    """Closes the last attempt; returns every attempt (each with its wall time, and its peak memory where read)."""
     attempts = read_attempts(run_dir)
     attempts[-1]["wall_s"] = time.time() - attempts[-1]["started_unix"]
+    memory = run_dir / MEMORY_FILE
+    if memory.is_file():
+        attempts[-1] |= json.loads(memory.read_text())
     (run_dir / ATTEMPTS).write_text(json.dumps(attempts, indent=1))
     return attempts
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,11 @@ from bv_blend.core.jsonl import jsonl_lines
 from instruments.demo import reward as demo_reward
 
 if TYPE_CHECKING:  # the settings' module runs these: a type here, not an import cycle
+    from instruments.cpu.memory import MemoryWatch
     from instruments.demo.pipeline import DemoSettings, Prepared
+
+MEMORY_FILE = "memory.json"  # a run's peak memory, written after each attempt (instruments/cpu/memory.py)
+MEMORY_SAMPLE_S = 5.0  # a SmolLM2 run's memory climbs over minutes; a sample costs a read of /proc per process
 
 # the CPU platform's deadline on each weight bucket's acknowledgement (instruments/cpu/rollout_patches.py, 60 s by
 # default): a pretrained model's fp32 bucket on a loaded 2-core machine missed it (the settings sweep's first fp32
@@ -153,6 +158,7 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
     that an interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from
     another."""
     from instruments.cpu.launch import run_trainer
+    from instruments.cpu.memory import watching
 
     if run_dir.exists() and empty_first:
         shutil.rmtree(run_dir)
@@ -164,17 +170,31 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
     if on_step is not None:
         follower = threading.Thread(target=follow_steps, args=(metrics, on_step, stop), daemon=True)
         follower.start()
+    run_id = uuid.uuid4().hex
     try:
-        rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.run_timeout_s(),
-                         extra_env=run_env(s))
+        with watching(MEMORY_SAMPLE_S) as watch:
+            rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.run_timeout_s(),
+                             extra_env=run_env(s), run_id=run_id)
     finally:
         stop.set()
         if follower is not None:
             follower.join()
-    tqdm.write(f"[demo] {label}: verl exited {rc} after {time.time() - started:.0f} s (log: {log})")
+    held = write_memory(run_dir, watch, run_id)
+    tqdm.write(f"[demo] {label}: verl exited {rc} after {time.time() - started:.0f} s{held} (log: {log})")
     if rc != 0:
         raise RuntimeError(f"verl's trainer failed for {label} (exit {rc}); the end of {log} says why")
     return run_dir
+
+
+def write_memory(run_dir: Path, watch: MemoryWatch, run_id: str) -> str:
+    """Writes what the run held at most (``memory.json``: its peak and the machine's least available memory while it
+    ran, GiB) for the attempt's record (instruments/demo/resume.py); returns it as words for the log line."""
+    peak = watch.runs.get(run_id)
+    if peak is None:  # memory could not be read here (instruments/cpu/memory.py), or the run died at once
+        return ""
+    (run_dir / MEMORY_FILE).write_text(json.dumps({"peak_memory_gib": round(peak.peak_gib, 3),
+                                                   "least_available_gib": round(peak.least_available_gib, 3)}))
+    return f", holding at most {peak.peak_gib:.1f} GiB"
 
 
 def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,

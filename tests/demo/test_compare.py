@@ -19,7 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import compare, compare_report, pairing, report
 from instruments.demo.pipeline import DemoSettings, Prepared
-from instruments.demo.verl_run import verl_overrides
+from instruments.demo.verl_run import MEMORY_FILE, verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
@@ -230,6 +230,65 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
     timeless = {k: v for k, v in result["summary"].items() if "time" not in k and "steps s" not in k}
     other = {k: v for k, v in uninterrupted["summary"].items() if k in timeless}
     assert json.dumps(timeless, sort_keys=True) == json.dumps(other, sort_keys=True)  # NaN is NaN here
+
+
+def test_a_result_keeps_the_most_memory_its_attempts_held_which_the_next_run_needs(setup, monkeypatch):
+    """Each attempt's memory.json (instruments/demo/verl_run.py writes it after verl exits) goes into its record; the
+    result keeps the largest; an attempt that measured nothing does not inherit an earlier attempt's file."""
+    s, prepared, out, key = setup
+    specs = compare.grid([("grpo", 4), ("bv_blend", 4)], 8, [0])
+    assert compare.memory_needed(out, specs, key) is None
+
+    whole = write_fake_run(out.parent / "whole", "bv_blend")
+
+    def holding(gib: float | None, steps: range | None = None, interrupt: bool = False):
+        def run_method(s, method, prepared, folder, **run):
+            if steps is None:
+                write_fake_run_into(folder, method)
+            else:
+                _copy_steps(whole, folder, steps)
+            if gib is not None:
+                (folder / MEMORY_FILE).write_text(json.dumps({"peak_memory_gib": gib, "least_available_gib": 3.0}))
+            if interrupt:  # died in step 4, after step 2's checkpoint, with its memory recorded
+                (folder / "checkpoints" / "global_step_2").mkdir(parents=True)
+                raise KeyboardInterrupt
+            return folder
+        return run_method
+
+    monkeypatch.setattr(compare, "run_method", holding(7.5))
+    assert compare.run_one(s, prepared, out, specs[0], key)["peak_memory_gib"] == 7.5
+    assert compare.memory_needed(out, specs, key) == (7.5, specs[0].name)
+    monkeypatch.setattr(compare, "run_method", holding(9.0, range(0, 4), interrupt=True))
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_one(s, prepared, out, specs[1], key)
+    monkeypatch.setattr(compare, "run_method", holding(None, range(3, 5)))  # the resumed attempt measured nothing
+    result = compare.run_one(s, prepared, out, specs[1], key)
+    attempts = compare.resume.read_attempts(compare.run_dir(out, specs[1]))
+    assert "peak_memory_gib" not in attempts[-1] and result["resumed_from_steps"] == [2]
+    assert "peak_memory_gib" not in result  # the first attempt died before its record was closed
+    assert compare.memory_needed(out, specs, key) == (7.5, specs[0].name)
+
+
+def test_the_script_starts_no_run_the_machine_cannot_hold(tmp_path, monkeypatch):
+    """A finished run held more than is available now (here: far more than any machine has): the next run is
+    refused before verl starts, naming the need, unless --no-memory-check."""
+    script = load_script("compare_cpu")
+    out = tmp_path / "out"
+    first, second = compare.grid([("grpo", 4), ("spo", 1)], 32, [0])
+    argv = ["--out", str(out), "--arms", "grpo:4", "spo:1", "--seeds", "0", "--docs", str(tmp_path / "bench.md")]
+    key = compare.settings_key(script.demo_settings(script.parse_args(argv)))
+    compare.fresh_run_dir(out, first)
+    compare.save_result(out, first, {"spec": first.describe(), "settings": key, "peak_memory_gib": 1e6})
+    ran = []
+    monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
+    monkeypatch.setattr(compare, "run_one", lambda s, prepared, out, spec, key, on_step: ran.append(spec.name))
+    monkeypatch.setattr(script, "write_report", lambda *a, **k: None)
+    with pytest.raises(SystemExit, match=r"held 1000000\.0 GiB \(the most of this comparison's finished runs, "
+                                         r"grpo_n4_seed0\).*--no-memory-check starts the run anyway"):
+        script.main(argv)
+    assert ran == []
+    script.main([*argv, "--no-memory-check"])
+    assert ran == [second.name]
 
 
 def test_a_run_verl_finished_whose_reading_failed_is_read_again_not_resumed(setup, monkeypatch):

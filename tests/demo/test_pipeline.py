@@ -5,6 +5,10 @@ verl writes them (tests/demo/_fake_run.py)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,7 +74,7 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
     monkeypatch.setattr(pipeline, "prepare", lambda s: prepared)
     runs: list[dict[str, str]] = []
 
-    def fake_run_trainer(overrides, log_path, metrics_path, timeout_s, extra_env=None):
+    def fake_run_trainer(overrides, log_path, metrics_path, timeout_s, extra_env=None, run_id=None):
         o = dict(item.lstrip("+").split("=", 1) for item in overrides)
         runs.append(o)
         folder = Path(o["trainer.validation_data_dir"]).parent
@@ -169,7 +173,7 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
 
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
-    monkeypatch.setattr(launch, "run_trainer", lambda overrides, log_path, metrics_path, timeout_s, extra_env: 0)
+    monkeypatch.setattr(launch, "run_trainer", lambda overrides, **run: 0)
     s = DemoSettings(work_dir=tmp_path, steps=4, test_freq=2)
     folder = tmp_path / "run"
     for empty_first, kept in ((False, True), (True, False)):
@@ -177,6 +181,36 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
         (folder / "attempts.json").write_text("[]")
         verl_run.run_method(s, "grpo", prepared, folder, empty_first=empty_first)
         assert (folder / "attempts.json").exists() == kept
+
+
+def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch):
+    """What the comparison's memory check and the docs read: the trainer is replaced by a real process that carries
+    the run's marker, as verl's processes do, and holds a known buffer (verl itself: the e2e runs and docs/cpu.md)."""
+    from instruments.cpu import launch
+    from instruments.demo import verl_run
+    from tests.test_run_memory import HOLD_MIB, HOLDER
+
+    def trainer_holding_memory(overrides, log_path, metrics_path, timeout_s, extra_env, run_id):
+        env = {k: v for k, v in os.environ.items() if k != launch.RUN_ID_ENV}
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER], env={**env, launch.RUN_ID_ENV: run_id},
+                                  stdout=subprocess.PIPE)
+        try:
+            assert holder.stdout.readline().strip() == b"ready"
+            time.sleep(0.5)
+        finally:
+            holder.kill()
+            holder.wait()
+        return 0
+
+    prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
+                        question_family=QUESTION_FAMILY)
+    monkeypatch.setattr(launch, "run_trainer", trainer_holding_memory)
+    monkeypatch.setattr(verl_run, "MEMORY_SAMPLE_S", 0.05)
+    folder = verl_run.run_method(DemoSettings(work_dir=tmp_path, steps=4, test_freq=2), "grpo", prepared,
+                                 tmp_path / "run")
+    held = json.loads((folder / verl_run.MEMORY_FILE).read_text())
+    assert HOLD_MIB / 1024 <= held["peak_memory_gib"] < HOLD_MIB / 1024 + 0.25
+    assert 0 < held["least_available_gib"] < float("inf")
 
 
 def test_a_pretrained_run_waits_longer_for_each_weight_bucket_unless_the_user_says(monkeypatch):
