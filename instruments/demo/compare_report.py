@@ -3,7 +3,7 @@ arm, the held-out pass rate over validations, the gain, all-equal groups, max |A
 t-interval over seeds); every arm paired by seed with a reference arm (difference of final pass rates, rollouts to
 reach the reference's final pass rate, lab's definition, instruments/stats.py).
 
-Every arm is placed on the rollouts it generated (``compare.generated_rollouts``): its batch a step, which every arm
+Every arm is placed on the rollouts it generated (``run_logs.generated_rollouts``): its batch a step, which every arm
 of a comparison shares, plus, for verl's dynamic sampling, the groups it dropped. Each is paired with the reference by
 ``pairing.pair``, the reading the no-revisit summary judges, so an arm that drew beyond its batch is read at the
 reference's final rollouts.
@@ -25,7 +25,8 @@ import pandas as pd  # noqa: E402
 
 from instruments import stats as lab_stats  # noqa: E402
 from instruments.demo import pairing, report  # noqa: E402
-from instruments.demo.compare import ARMS, SAMPLER_PREFIX, SPO_P_HAT, arm_label, generated_rollouts  # noqa: E402
+from instruments.demo.compare import ARMS, arm_label  # noqa: E402
+from instruments.demo.run_logs import SAMPLER_PREFIX, SPO_P_HAT, generated_rollouts  # noqa: E402
 
 SECTION = "compare_cpu"  # the markers of the current comparison's results in docs/benchmarks.md
 

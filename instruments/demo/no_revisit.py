@@ -6,7 +6,7 @@ priors`` on the CPU harness, as ``scripts/offline_priors.py --cpu`` runs it) and
 cost; and the summary of the finished runs that the rule reads (``InstrumentSummary`` "verl_cpu",
 docs/regime/verl_cpu.json). The pool is the ``wide`` task's 1,920 distinct problems (DemoSettings ``task="wide"``,
 ``distinct_train=True``), read once by every arm, so no prompt comes back; each run's visits per prompt are counted
-in its rollout dump (``compare.visits_per_prompt``), not planned.
+in its rollout dump (``run_logs.visits_per_prompt``), not planned.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from instruments import regime
-from instruments.demo import compare, pairing
+from instruments.demo import pairing, run_logs
 from instruments.demo import reward as demo_reward
 from instruments.demo.compare import file_sha256
 from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
@@ -217,7 +217,7 @@ def check_pool_not_exhausted(result: dict) -> None:
     """Raises ValueError where verl's dynamic sampling drew more prompts than the pool holds: its data loader then
     began the pool again, a revisit that the rollout dumps (the kept groups only) may not show."""
     spec, steps, pool = result["spec"], int(result["settings"]["steps"]), int(result["settings"]["n_train"])
-    prompts = compare.generated_rollouts(result, [steps])[0] / spec["n"]  # the one reader of verl's drop counts
+    prompts = run_logs.generated_rollouts(result, [steps])[0] / spec["n"]  # the one reader of verl's drop counts
     if prompts > pool:
         raise ValueError(f"{spec['arm']}:{spec['n']} seed {spec['seed']} drew {prompts:.0f} prompts (kept and "
                          f"dropped) from a pool of {pool}: it revisited prompts. Enlarge the pool "

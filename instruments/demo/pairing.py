@@ -2,7 +2,7 @@
 the differences table and plot of docs/benchmarks.md (compare_report) and the regime summary the rule reads
 (no_revisit.summarize), so that the two cannot disagree on a number.
 
-Each run is placed on the rollouts it generated (``compare.generated_rollouts``). An arm that drew beyond its batch
+Each run is placed on the rollouts it generated (``run_logs.generated_rollouts``). An arm that drew beyond its batch
 (verl's dynamic sampling) is read at the reference's final rollouts on its own curve (``regime.generated_arm_summary``);
 every other arm at the last validation both have (``regime.arm_summary``).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from instruments import regime
-from instruments.demo.compare import generated_rollouts
+from instruments.demo.run_logs import generated_rollouts
 
 RunsBySeed = Mapping[int, dict]  # one arm's result.json per seed
 

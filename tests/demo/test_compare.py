@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, compare_report, pairing, report
+from instruments.demo import compare, compare_report, pairing, report, run_logs
 from instruments.demo.pipeline import DemoSettings, Prepared
 from instruments.demo.verl_run import MEMORY_FILE, verl_overrides
 from tests._scripts import load_script
@@ -390,7 +390,7 @@ def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_
     # a run resumed from step 2: the gap 2->3 spans the interruption and a start-up, and is left out
     metrics = report.read_run_metrics(compare.run_dir(out, spec))
     rollouts = compare.run_dir(out, spec) / "rollouts"
-    assert compare.between_steps_s(metrics, rollouts, resumed_from=[2]) == pytest.approx(5.0)
+    assert run_logs.between_steps_s(metrics, rollouts, resumed_from=[2]) == pytest.approx(5.0)
     table = compare_report.summary_table([compare.load_result(out, spec, key)])
     row = table.loc["spo_sampler n=1 (4 prompts)"]
     assert row["all-equal % (right + wrong)"] == "100.0 (75.0 + 25.0)" and row["signal ratio"] == "n/a"

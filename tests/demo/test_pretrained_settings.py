@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from instruments import regime
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, no_revisit, pipeline
+from instruments.demo import compare, no_revisit, pipeline, run_logs
 from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared
 from instruments.demo.verl_run import verl_overrides
 from tests._scripts import load_script
@@ -116,8 +116,8 @@ def test_dynamic_sampling_s_draws_are_kept_per_step_with_the_result() -> None:
 
     metrics = pd.DataFrame({"training/filter_groups/evicted_samples": [12.0, 16.0], "timing_s/step": [30.0, 31.0]},
                            index=pd.Index([1, 2], name="step"))
-    assert compare.filter_groups_of(metrics) == {"filter_groups": {"evicted_samples": {"1": 12.0, "2": 16.0}}}
-    assert compare.filter_groups_of(metrics.drop(columns="training/filter_groups/evicted_samples")) == {}
+    assert run_logs.filter_groups_of(metrics) == {"filter_groups": {"evicted_samples": {"1": 12.0, "2": 16.0}}}
+    assert run_logs.filter_groups_of(metrics.drop(columns="training/filter_groups/evicted_samples")) == {}
 
 
 def test_the_settings_sweep_is_grpo8_alone_on_selection_seeds_and_chooses_by_the_committed_rules(tmp_path) -> None:
@@ -148,8 +148,8 @@ def test_dynamic_sampling_is_judged_at_the_rollouts_it_generated() -> None:
                                                                "discarded_surplus_samples": {"2": 4.0}}}
     # verl counts groups of n = 8: steps 1-4 cost 64 + 64, 64 + 64, 64, 64 rollouts: at validation steps 0, 2 and 4
     # it had generated 0, 256 and 384
-    assert compare.generated_rollouts(result, [0, 2, 4]).tolist() == [0.0, 256.0, 384.0]
-    assert compare.generated_rollouts({"spec": {"n": 8, "batch": 8}}, [0, 4]).tolist() == [0.0, 256.0]
+    assert run_logs.generated_rollouts(result, [0, 2, 4]).tolist() == [0.0, 256.0, 384.0]
+    assert run_logs.generated_rollouts({"spec": {"n": 8, "batch": 8}}, [0, 4]).tolist() == [0.0, 256.0]
     reference = np.array([[0.2, 0.3, 0.4], [0.2, 0.3, 0.5]])
     x_ref = np.array([0.0, 128.0, 256.0])
     curves = np.array([[0.2, 0.5, 0.6], [0.2, 0.4, 0.6]])

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from instruments.demo import compare, demo_report, report
+from instruments.demo import demo_report, report, run_logs
 from tests.demo._fake_run import BV_BLEND_LAST, QUESTION_FAMILY, VALIDATION, family_means, write_fake_run
 
 T95_3 = 3.182446305284263  # Student's t, 97.5% quantile, 3 degrees of freedom (4 prompts)
@@ -215,7 +215,7 @@ def test_outputs_with_unicode_line_separators_are_read_as_one_row_each(tmp_path)
     assert len(odd.samples) == len(clean.samples)
     assert odd.samples["score"].tolist() == clean.samples["score"].tolist()
     assert report._groups_per_step(folder / "rollouts") == report._groups_per_step(clean_folder / "rollouts")
-    assert compare.visits_per_prompt(folder / "rollouts") == compare.visits_per_prompt(clean_folder / "rollouts")
+    assert run_logs.visits_per_prompt(folder / "rollouts") == run_logs.visits_per_prompt(clean_folder / "rollouts")
 
 
 def test_a_validation_prompt_outside_the_held_out_set_is_a_clear_error(tmp_path):

@@ -368,11 +368,11 @@ def test_dynamic_sampling_logs_groups_and_the_comparison_counts_their_rollouts(t
     finished groups of four rollouts, three all-equal, a batch of one prompt. verl evicts the three and discards the
     surplus one, and logs ``evicted_samples`` = 3 and ``discarded_surplus_samples`` = 1: groups, not rollouts,
     whatever their names say. The pretrained-LM comparison judges that arm at the rollouts it generated
-    (``compare.generated_rollouts``), so each counted group costs its 4 rollouts: 4 kept + 16 dropped."""
+    (``run_logs.generated_rollouts``), so each counted group costs its 4 rollouts: 4 kept + 16 dropped."""
     import pandas as pd
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-    from instruments.demo import compare
+    from instruments.demo import run_logs
 
     n, rewards = 4, {"dapoA": [1, 1, 1, 1], "dapoB": [0, 0, 0, 0], "dapoC": [1, 0, 0, 1], "dapoD": [0, 1, 0, 0],
                      "dapoE": [1, 1, 1, 1]}  # fmt: skip
@@ -398,5 +398,5 @@ def test_dynamic_sampling_logs_groups_and_the_comparison_counts_their_rollouts(t
     assert refills == []  # enough groups were left: nothing drawn
     logged = {k: [v] for k, v in metrics.items() if k.startswith("training/")}
     logged = pd.DataFrame({"timing_s/step": [30.0], **logged}, index=pd.Index([1], name="step"))  # a run's step 1
-    result = {"spec": {"n": n, "batch": 1}, **compare.filter_groups_of(logged)}
-    assert compare.generated_rollouts(result, [0, 1]).tolist() == [0.0, n * 1 + n * (3 + 1)]
+    result = {"spec": {"n": n, "batch": 1}, **run_logs.filter_groups_of(logged)}
+    assert run_logs.generated_rollouts(result, [0, 1]).tolist() == [0.0, n * 1 + n * (3 + 1)]
