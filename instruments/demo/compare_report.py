@@ -148,24 +148,25 @@ def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None
 
 
 def paired_differences(results: Sequence[dict], reference: tuple[str, int] | None = ("grpo", 8)) -> pd.DataFrame:
-    """Every arm against ``reference`` (or the first arm when it has no results), paired by seed: the difference of
-    final held-out pass rates (mean ± 95% t-interval over the shared seeds, at the last validation both have; an arm
-    that drew beyond its batch is read at the reference's final rollouts instead) and the rollouts to reach the
-    reference's final pass rate as a ratio to the reference's (:func:`reach_ratio`), with its paired bootstrap CI:
-    ``pairing.pair``'s reading, which the no-revisit summary judges."""
+    """Every arm against ``reference`` (or the first arm when it has no results), paired by seed on the seeds every
+    arm has finished: the difference of final held-out pass rates (mean ± 95% t-interval, at the last validation
+    both have; an arm that drew beyond its batch is read at the reference's final rollouts instead) and the rollouts
+    to reach the reference's final pass rate as a ratio to the reference's (:func:`reach_ratio`), with its paired
+    bootstrap CI: ``pairing.pair``'s reading, which the no-revisit summary judges."""
     reference = resolve_reference(results, reference)
     if reference is None:
         return pd.DataFrame()
     arms = _arms(results)
     ref = pairing.by_seed(arms[reference])
     ref_label = _label_of(arms[reference])
+    seeds = pairing.common_seeds(pairing.by_seed(runs) for runs in arms.values())
     rows = {}
     for key, runs in arms.items():
         if key == reference:
-            rows[_label_of(runs)] = {"seeds": str(len(ref)), f"minus {ref_label} (final)": "-", "95% CI": "-",
+            rows[_label_of(runs)] = {"seeds": str(len(seeds)), f"minus {ref_label} (final)": "-", "95% CI": "-",
                                      "rollouts to reach, x ref": "1 (by definition)", "its 95% CI": "-"}
             continue
-        paired = pairing.pair(pairing.by_seed(runs), ref)
+        paired = pairing.pair(pairing.by_seed(runs), ref, seeds or None)
         if paired is None:
             continue
         read = paired.reading()  # the no-revisit summary's own reading (pairing.py)
@@ -188,13 +189,14 @@ def plot_comparison(results: Sequence[dict], out_png: Path, reference: tuple[str
     arms = _arms(results)
     reference = resolve_reference(results, reference)
     ref = pairing.by_seed(arms[reference]) if reference is not None else {}
+    seeds = pairing.common_seeds(pairing.by_seed(runs) for runs in arms.values())
     for i, (key, runs) in enumerate(arms.items()):
         color, label = colors[i % len(colors)], _label_of(runs)
         frame = curves(runs)
         axes[0].plot(frame["rollouts"], frame["mean"], marker="o", color=color, label=label)
         band = frame["ci95"].fillna(0.0)
         axes[0].fill_between(frame["rollouts"], frame["mean"] - band, frame["mean"] + band, color=color, alpha=0.15)
-        paired = None if key == reference else pairing.pair(pairing.by_seed(runs), ref)
+        paired = None if key == reference else pairing.pair(pairing.by_seed(runs), ref, seeds or None)
         if paired is None:
             continue
         x_reference = paired.x_reference
@@ -263,7 +265,9 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
     partial = [] if not missing else [
         f"**Partial results: {len(results)} of {len(results) + len(missing)} runs.** Not run yet: "
         f"{', '.join(missing)}. The same command (without `--report`) runs them; the tables below cover the finished "
-        "runs only, so an arm with fewer seeds has a wider interval (none with one seed).",
+        "runs only: the first, each arm's finished seeds (an arm with fewer has a wider interval; none with one), "
+        "the differences to the reference and the plot's right panel, the seeds every arm has finished, as the regime "
+        "summary the rule reads.",
         "",
     ]
     ref = resolve_reference(results, reference)

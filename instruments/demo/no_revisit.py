@@ -179,7 +179,7 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
             by_arm.setdefault(key, {})[result["spec"]["seed"]] = result
     if regime.REFERENCE not in by_arm:
         raise ValueError(f"no finished run of {REGIME_ARMS[regime.REFERENCE]}, the reference: nothing to pair with")
-    seeds = sorted(set.intersection(*(set(runs) for runs in by_arm.values())))
+    seeds = pairing.common_seeds(by_arm.values())
     if not seeds:
         raise ValueError(f"no seed has finished every arm of {sorted(by_arm)}")
     used = [runs[seed] for runs in by_arm.values() for seed in seeds]

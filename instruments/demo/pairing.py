@@ -1,6 +1,7 @@
 """How verl's CPU comparison pairs an arm with the reference, by seed: the one reading that both of its reports make,
 the differences table and plot of docs/benchmarks.md (compare_report) and the regime summary the rule reads
-(no_revisit.summarize), so that the two cannot disagree on a number.
+(no_revisit.summarize), so that the two cannot disagree on a number. Both pair on the seeds every arm has finished
+(:func:`common_seeds`): a partial comparison is read on its whole seeds only.
 
 Each run is placed on the rollouts it generated (``run_logs.generated_rollouts``). An arm that drew beyond its batch
 (verl's dynamic sampling) is read at the reference's final rollouts on its own curve (``regime.generated_arm_summary``);
@@ -9,7 +10,7 @@ every other arm at the last validation both have (``regime.arm_summary``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,12 @@ RunsBySeed = Mapping[int, dict]  # one arm's result.json per seed
 
 def by_seed(runs: Sequence[dict]) -> dict[int, dict]:
     return {r["spec"]["seed"]: r for r in runs}
+
+
+def common_seeds(arms: Iterable[RunsBySeed]) -> list[int]:
+    """The seeds every arm has finished."""
+    seed_sets = [set(runs) for runs in arms]
+    return sorted(set.intersection(*seed_sets)) if seed_sets else []
 
 
 def drew_beyond_batch(runs: Sequence[dict]) -> bool:

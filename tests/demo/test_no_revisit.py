@@ -280,11 +280,25 @@ def test_the_summary_and_the_benchmarks_table_read_every_arm_alike(tmp_path):
                         "validation": {"0": 0.20, "20": 0.30, "40": 0.36 + 0.01 * seed,
                                        "60": 0.40 + 0.01 * seed},
                         "filter_groups": {"evicted_samples": {str(step): 2.0 for step in range(1, 31)}}})
+    summary = _assert_read_alike(results)
+    assert summary.seeds == [0, 1, 2]
+    # read at 1,920 rollouts: steps 40 (1,760) and 60 (2,400) bracket it, a quarter of the way from 0.36 + 0.01 x seed
+    # to 0.40 + 0.01 x seed (at its step 60 it would read 0.40, 0.41, 0.42)
+    assert summary.arms["grpo8_dynamic"].finals == pytest.approx([0.37, 0.38, 0.39])
+    # a partial comparison, one arm a seed short (the pretrained LM's at stop 46: BV-Blend n=8 had seed 2, BV-Blend n=2
+    # did not): both read the seeds every arm has finished
+    partial = [r for r in results if (r["spec"]["arm"], r["spec"]["n"], r["spec"]["seed"]) != ("bv_blend", 2, 2)]
+    assert _assert_read_alike(partial).seeds == [0, 1]
+
+
+def _assert_read_alike(results: list[dict]) -> regime.InstrumentSummary:
+    """The summary's and the differences table's reading of every arm agree: seeds, difference and reach."""
     summary = no_revisit.summarize(results, PREPARATION, PRIORS, "c", "CPU: test")
     table = compare_report.paired_differences(results)
     column = next(c for c in table.columns if c.startswith("minus "))
     compared = 0
     for label, row in table.iterrows():
+        assert int(row["seeds"]) == len(summary.seeds), label
         key = no_revisit.regime_key(*next((r["spec"]["arm"], r["spec"]["n"]) for r in results
                                           if label.startswith(f"{r['spec']['arm']} n={r['spec']['n']} ")))
         if key == regime.REFERENCE:
@@ -296,9 +310,7 @@ def test_the_summary_and_the_benchmarks_table_read_every_arm_alike(tmp_path):
             assert row["rollouts to reach, x ref"] == stats.format_reach(arm.reach, point=True), key
         compared += 1
     assert compared == len(summary.arms) - 1 == len(no_revisit.RUN_ORDER)
-    # read at 1,920 rollouts: steps 40 (1,760) and 60 (2,400) bracket it, a quarter of the way from 0.36 + 0.01 x seed
-    # to 0.40 + 0.01 x seed (at its step 60 it would read 0.40, 0.41, 0.42)
-    assert summary.arms["grpo8_dynamic"].finals == pytest.approx([0.37, 0.38, 0.39])
+    return summary
 
 
 def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
