@@ -55,10 +55,11 @@ def recommendation_lines(found: dict) -> list[str]:
              "counted.", ""]
     before = [name for name in names if name in READ_AFTER_THE_FACT]
     if before:
-        lines += [f"**Read after the fact**: {', '.join(before)} ran, and were first judged, under the rule's first "
-                  "version (`59fdb98`, `rule.MIN_SEEDS` in `ef4381d`: percentile bootstrap intervals, the token "
-                  "lab's largest difference picks). This is their reading under the revised rule, made after their "
-                  "results were known.", ""]
+        lines += [f"**Read after the fact**: {', '.join(before)} were designed, first run and first judged under "
+                  "the rule's first version (`59fdb98`, `rule.MIN_SEEDS` in `ef4381d`: percentile bootstrap "
+                  "intervals, the token lab's largest difference picks). This is their reading under the revised "
+                  "rule, made after their first results were known (the token lab's summary is a rerun of its "
+                  "design made after the revision).", ""]
     stale = [name for name in names if any(arm.finals is None for arm in found[name].arms.values())]
     if stale:
         lines += [f"**Summaries older than the revised rule**: {', '.join(stale)}. Their intervals are the first "

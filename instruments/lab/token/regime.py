@@ -237,8 +237,10 @@ def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
         "# Token lab: the no-revisit regime (issue 29)", "",
         f"Last command: `{command}` ({getattr(info, 'date', '')}), "
         f"{getattr(info, 'wall_seconds', 0.0) / 60:.1f} min wall with {getattr(info, 'jobs', '?')} worker "
-        f"process(es). Machine: `{machine}`. Judged by the one rule of docs/regime.md (instruments/rule.py, "
-        "committed in `59fdb98`, addendum `9f6e701`), before any run of this regime.", "",
+        f"process(es). Machine: `{machine}`. Judged by the one rule of docs/regime.md (instruments/rule.py) as "
+        "revised in `9befa39`. The regime and the rule's first version (`59fdb98`, addendum `9f6e701`) were committed "
+        "before any run of this regime; the revision came after its first run, so this is a reading after the fact.",
+        "",
         "## What this regime is", "",
         f"- **Task**: the widened task (instruments/demo/task.py `WIDE_FAMILIES`): the demo's five kinds and wordings "
         "with wider operands, so that 1,024 distinct problems a family fit in the pool; the held-out split "
