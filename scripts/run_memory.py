@@ -1,10 +1,11 @@
 """What each verl run on this CPU machine takes in memory, while it runs: the peak of its processes' summed PSS
 (instruments/cpu/memory.py), per run, beside the machine's least available memory.
 
-Start it beside the runs (the demo, a comparison, the test suite) and stop it with Ctrl-C, or give it --seconds. It
-rewrites --out (JSON) after every sample, so a watch that is cut off keeps what it saw; it prints the table at the end.
+Start it beside the runs (the demo, a comparison, the test suite) and stop it with Ctrl-C or SIGTERM (``kill``: a
+watch started in the background of a script, where SIGINT is ignored), or give it --seconds. It rewrites --out (JSON)
+after every sample, so a watch that is cut off keeps what it saw; it prints the table at the end.
 
-    python scripts/run_memory.py --out /tmp/peaks.json &     # then: bash scripts/test.sh
+    python scripts/run_memory.py --out /tmp/peaks.json & watch=$!; bash scripts/test.sh; kill $watch
     python scripts/run_memory.py --seconds 600 --interval 2
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -39,6 +41,10 @@ def table(watch: MemoryWatch) -> str:
     return "\n".join(lines)
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the watch as Ctrl-C does: with its table
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--interval", type=float, default=5.0, help="seconds between samples (default 5)")
@@ -50,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.out.resolve().parent.is_dir():
         p.error(f"--out {a.out}: its folder does not exist; create it or give a path in an existing folder")
     watch, deadline = MemoryWatch(), None if a.seconds is None else time.monotonic() + a.seconds
-    print(describe_cpu())
+    signal.signal(signal.SIGTERM, _stop)
+    print(describe_cpu(), flush=True)
     try:
         with tqdm(desc="samples", unit="sample") as bar:
             while deadline is None or time.monotonic() < deadline:
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                             deadline - time.monotonic())))
     except KeyboardInterrupt:
         pass
-    print(table(watch))
+    print(table(watch), flush=True)
     return 0
 
 

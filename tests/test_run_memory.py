@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,19 @@ def test_a_run_that_does_not_fit_is_refused_naming_the_runs_holding_memory(holde
     message = str(refused.value)
     assert "GiB of memory is available and a run of these settings held" in message
     assert "grpo_n8_seed0's peak" in message and f"run marker {holders[:12]}" in message
+
+
+def test_the_script_started_in_the_background_ends_on_sigterm_with_its_table(holders, tmp_path):
+    """A watch started with ``&`` from a script ignores SIGINT (bash's rule for background jobs), so ``kill`` is how it
+    ends there: with its table and its JSON, exit 0."""
+    out = tmp_path / "peaks.json"
+    watch = subprocess.Popen([sys.executable, "scripts/run_memory.py", "--interval", "0.1", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    deadline = time.monotonic() + 60
+    while not (out.is_file() and holders in json.loads(out.read_text())["runs"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    watch.terminate()
+    printed, _ = watch.communicate(timeout=60)
+    assert watch.returncode == 0
+    assert holders[:44] in printed and "the machine's least available memory while watching" in printed
