@@ -210,6 +210,7 @@ def plot_comparison(results: Sequence[dict], out_png: Path, reference: tuple[str
         axes[1].plot(x_reference[shared], mean, marker="o", color=color, label=label)
         axes[1].fill_between(x_reference[shared], mean - half, mean + half, color=color, alpha=0.15)
     axes[0].set_title("held-out pass rate, T=1 (band: 95% CI over seeds)")
+    axes[0].set_ylim(-0.02, 1.02)  # a pass rate; a t-band over two or three seeds runs far past both ends
     ref_text = _label_of(arms[reference]) if reference is not None else "the reference"
     axes[1].set_title(f"minus {ref_text}, paired by seed, at equal rollouts (95% CI)")
     axes[1].axhline(0.0, color="black", linewidth=0.8)
