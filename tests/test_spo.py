@@ -171,3 +171,17 @@ def test_the_reward_range_error_names_only_settings_that_exist():
         call(SPOEstimator(), [2.0, 0.0], ["a", "b"])
     assert "algorithm.spo.reward_range" not in str(error.value) and "Beta posterior" in str(error.value)
     assert "reward_range" not in SPOConfig().to_dict()
+
+
+def test_float_noise_at_the_ends_of_the_range_is_taken_as_the_end():
+    """A float32 reward of 1 summed over token rewards can land a few ulps above 1, which the range check lets through
+    (1e-6 of its width): it is clipped, so the tracker and the advantages are those of exactly 0 and 1 (unclipped,
+    beta's update rho beta + n - R went below rho beta on that row)."""
+    noisy, exact = SPOEstimator(), SPOEstimator()
+    for rewards in ([1 + 5e-7, -4e-7, 1.0, 0.0], [1.0, 1 + 9e-7, 0.0, 0.0]):
+        clean = np.clip(rewards, 0.0, 1.0).tolist()
+        np.testing.assert_array_equal(call(noisy, rewards, ["a", "b", "c", "d"]),
+                                      call(exact, clean, ["a", "b", "c", "d"]))
+    assert tracker(noisy) == tracker(exact)
+    with pytest.raises(ValueError, match=r"Rewards must lie in \[0, 1\]"):
+        call(noisy, [1.01, 0.0], ["a", "b"])

@@ -143,6 +143,9 @@ def read_rows(
     _check_reward_size(reward)
     if reward_range is not None:
         _check_reward_range(reward, mask, reward_range, section, fixed_range)
+        # the float noise the check lets through is clipped off: a reward a few ulps above 1 would turn SPO's beta
+        # update (rho beta + n - R) negative on that row
+        reward[mask] = np.clip(reward[mask], *reward_range)
     return Rows(reward, mask, codes, num_groups)
 
 

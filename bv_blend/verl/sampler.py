@@ -204,7 +204,21 @@ class HistorySampler(torch.utils.data.Sampler[int]):
             if cluster_key is not None:
                 self._clusters = np.array([int(i.get(cluster_key, -1)) if isinstance(i, Mapping) else -1
                                            for i in infos], dtype=np.int64)  # fmt: skip
+                self._assign_missing(process, prompts, infos)
         return self._keys, self._clusters
+
+    def _assign_missing(self, process: Any, prompts: list[Any], infos: list[Any]) -> None:
+        """With ``on_missing_cluster=assign``, the rows without a cluster id get the one the estimator would give them
+        (the codebook's encoder, once for the run): an unseen prompt's p^ is then its cluster's m1_k, as for an
+        annotated one (history_spec 5), not the 0.5 of a prompt without a cluster."""
+        missing = np.flatnonzero(self._clusters < 0)
+        if not missing.size or getattr(process.options, "on_missing_cluster", None) != "assign":
+            return
+        rows = [{"prompt": prompts[i], "extra_info": infos[i]} for i in missing]
+        self._clusters[missing] = np.asarray(process.estimator.assign_rows(rows), dtype=np.int64)
+        logger.info("history sampler: %d of %d training prompts have no cluster id; assigned by the codebook's "
+                    "encoder (on_missing_cluster=assign), as the estimator assigns them at their step. Annotating "
+                    "the data offline (`bv-blend codebook`) skips this.", missing.size, len(self._clusters))
 
     def _check_dataset_size(self, state: Mapping[str, Any]) -> None:
         """Refuse a state drawn from a training set of another size: its RNG and epoch position would index other

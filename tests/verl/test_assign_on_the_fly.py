@@ -88,3 +88,35 @@ def test_missing_ids_are_an_error_that_says_how_to_annotate(annotated):
     with pytest.raises(MissingClusterError, match="bv-blend codebook"):
         ray_trainer.compute_advantage(dataproto(rows, drop_id_every=3), adv_estimator="bv_blend",
                                       config=config.algorithm)
+
+
+@pytest.mark.parametrize("mode", ["assign", "error"])
+def test_the_history_sampler_gives_unannotated_prompts_the_cluster_the_estimator_assigns(annotated, mode):
+    """history_spec 5: an unseen prompt's p^ is its cluster's m1_k. The sampler reads each row's cluster id once, at
+    its first draw; a row without one gets, with ``assign``, the id the estimator gives it at its step (the same as
+    the offline annotation), and stays without a cluster (-1: p^ from the prior, else 0.5) with ``error``."""
+    from verl.trainer.ppo import ray_trainer
+
+    from bv_blend.verl.compositions import check_run
+
+    codebook_path, rows = annotated
+    config = compose_config([f"algorithm.bv_blend.codebook_path={codebook_path}",
+                             f"algorithm.bv_blend.on_missing_cluster={mode}", "data.history_sampler.enable=true",
+                             "data.dataloader_num_workers=0", "data.train_batch_size=4", "data.seed=3",
+                             "actor_rollout_ref.rollout.n=2"])
+    runtime.reset()
+    check_run(config)
+    dataset = []
+    for index, row in enumerate(rows):
+        extra_info = dict(row["extra_info"])
+        if index % 2 == 0:
+            extra_info.pop(CLUSTER_KEY)
+        dataset.append({"raw_prompt": list(row["prompt"]), "extra_info": extra_info})
+    sampler = ray_trainer.create_rl_sampler(config.data, dataset)
+    _, clusters = sampler._prompts(config)
+    annotation = np.array([row["extra_info"][CLUSTER_KEY] for row in rows])
+    odd = np.arange(len(rows)) % 2 == 1
+    np.testing.assert_array_equal(clusters[odd], annotation[odd])  # read from extra_info
+    expected = annotation[~odd] if mode == "assign" else np.full((~odd).sum(), -1)
+    np.testing.assert_array_equal(clusters[~odd], expected)
+    assert len(set(annotation[~odd].tolist())) > 1  # a wrong assignment would show
