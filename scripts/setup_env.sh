@@ -15,6 +15,22 @@ stamp="$VENV/.bv_blend_setup_$(cat pyproject.toml scripts/setup_env.sh | sha256s
 if [ -f "$stamp" ]; then
   exit 0
 fi
+# A reinstall swaps packages under the processes that use them (torchaudio is installed, then removed, below): a verl
+# run of the launcher started from this venv meanwhile fails to import, one already running may fail at its next
+# start-up. So it waits until no such run is live (the launcher marks each run's processes: instruments/cpu/launch.py;
+# its trainer's command line starts with this venv's python).
+venv_python="$(cd "$VENV" && pwd)/bin/python"
+live=""
+for environ in $(grep -las "BV_BLEND_CPU_RUN_ID=" /proc/[0-9]*/environ || true); do
+  proc=${environ%/environ}
+  if tr '\0' ' ' < "$proc/cmdline" 2>/dev/null | grep -q "^$venv_python "; then live="$live ${proc#/proc/}"; fi
+done
+if [ -n "$live" ] && [ "${BV_BLEND_SETUP_FORCE:-0}" != "1" ]; then
+  echo "[setup] $VENV must be set up again (pyproject.toml or this script changed), but verl runs started from it are" \
+       "live (processes$live); reinstalling under them would break them. Wait for them to end or stop them, then" \
+       "run this again; BV_BLEND_SETUP_FORCE=1 reinstalls anyway." >&2
+  exit 1
+fi
 pip_install() { "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 echo "[setup] installing dependencies into $VENV (a few minutes on a fresh machine)"
 pip_install -U pip
