@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -186,9 +186,17 @@ def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkey
 def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch):
     """What the comparison's memory check and the docs read: the trainer is replaced by a real process that carries
     the run's marker, as verl's processes do, and holds a known buffer (verl itself: the e2e runs and docs/cpu.md)."""
-    from instruments.cpu import launch
+    from instruments.cpu import launch, memory
     from instruments.demo import verl_run
     from tests.test_run_memory import HOLD_MIB, HOLDER
+
+    seen = threading.Event()  # the watch has sampled the run (on a loaded machine a sample can take a second)
+    real_sample = memory.MemoryWatch.sample
+
+    def sample(watch, *args, **kwargs):
+        real_sample(watch, *args, **kwargs)
+        if watch.runs:
+            seen.set()
 
     def trainer_holding_memory(overrides, log_path, metrics_path, timeout_s, extra_env, run_id):
         env = {k: v for k, v in os.environ.items() if k != launch.RUN_ID_ENV}
@@ -196,7 +204,8 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
                                   stdout=subprocess.PIPE)
         try:
             assert holder.stdout.readline().strip() == b"ready"
-            time.sleep(0.5)
+            seen.clear()  # a sample from before the buffer was resident does not count
+            assert seen.wait(60), "the watch never saw the run"
         finally:
             holder.kill()
             holder.wait()
@@ -205,6 +214,7 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
     monkeypatch.setattr(launch, "run_trainer", trainer_holding_memory)
+    monkeypatch.setattr(memory.MemoryWatch, "sample", sample)
     monkeypatch.setattr(verl_run, "MEMORY_SAMPLE_S", 0.05)
     folder = verl_run.run_method(DemoSettings(work_dir=tmp_path, steps=4, test_freq=2), "grpo", prepared,
                                  tmp_path / "run")
