@@ -193,6 +193,11 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
         if regime.ARMS[key].generated:
             for seed in seeds:
                 check_pool_not_exhausted(by_arm[key][seed])
+        elif pairing.drew_beyond_batch([by_arm[key][seed] for seed in seeds]):
+            # the reading follows the data (pairing.py), the pool check the declaration: they must agree
+            raise ValueError(f"{key}'s runs logged verl's dynamic sampling (training/filter_groups/*), which its "
+                             "regime arm does not declare (instruments/regime.py, RegimeArm.generated): a mislabelled "
+                             "arm or an override that leaked into it")
         if regime.ARMS[key].priors:
             if priors is None:
                 raise ValueError(f"{key} read offline priors, and no priors record was given: their rollouts must "

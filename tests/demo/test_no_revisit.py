@@ -314,6 +314,11 @@ def _assert_read_alike(results: list[dict]) -> regime.InstrumentSummary:
 
 
 def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
+    results = _load(tmp_path, _save_results(tmp_path, seeds=(0, 1)))
+    leaked = [{**r, "filter_groups": {"evicted_samples": {"1": 2.0}}} if r["spec"]["arm"] == "reinforce_plus_plus"
+              else r for r in results]
+    with pytest.raises(ValueError, match="rpp1's runs logged verl's dynamic sampling"):
+        no_revisit.summarize(leaked, PREPARATION, PRIORS, "c", "m")
     results = _load(tmp_path, _save_results(tmp_path, seeds=(0, 1), sha="other"))
     with pytest.raises(ValueError, match="read another priors file"):
         no_revisit.summarize(results, PREPARATION, PRIORS, "c", "m")
