@@ -190,12 +190,14 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
     from instruments.demo import verl_run
     from tests.test_run_memory import HOLD_MIB, HOLDER
 
-    seen = threading.Event()  # the watch has sampled the run (on a loaded machine a sample can take a second)
+    seen = threading.Event()  # the watch has sampled this run (on a loaded machine a sample can take a second)
+    this_run: list[str] = []  # other tests' marked processes may be live beside it
     real_sample = memory.MemoryWatch.sample
 
     def sample(watch, *args, **kwargs):
+        began_after_ready = bool(this_run)
         real_sample(watch, *args, **kwargs)
-        if watch.runs:
+        if began_after_ready and this_run[0] in watch.runs:
             seen.set()
 
     def trainer_holding_memory(overrides, log_path, metrics_path, timeout_s, extra_env, run_id):
@@ -204,7 +206,7 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
                                   stdout=subprocess.PIPE)
         try:
             assert holder.stdout.readline().strip() == b"ready"
-            seen.clear()  # a sample from before the buffer was resident does not count
+            this_run.append(run_id)  # samples from before the buffer was resident do not count
             assert seen.wait(60), "the watch never saw the run"
         finally:
             holder.kill()
