@@ -78,7 +78,8 @@ class MemoryWatch:
 
 @contextlib.contextmanager
 def watching(interval_s: float = 5.0) -> Iterator[MemoryWatch]:
-    """A :class:`MemoryWatch` sampled in a background thread while the block runs, and once more at its end.
+    """A :class:`MemoryWatch` sampled in a background thread while the block runs: once at its start, then every
+    ``interval_s`` until it ends (no sample at the end: a run's processes are gone by then).
 
     A machine whose memory cannot be read this way (no ``/proc``, no MemAvailable) leaves the watch empty: the
     measurement is lost, never the run it measures."""
