@@ -129,16 +129,6 @@ def sampler_table(results: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).T.fillna("-")
 
 
-def reach_ratio(arm: dict[int, dict], reference: dict[int, dict]) -> float:
-    """Rollouts for ``arm``'s seed-mean held-out curve to reach the reference's final value, over the reference's
-    own (the token-level lab's definition, instruments/stats.py), on the seeds and validation steps both have;
-    inf when the arm never reaches it, nan when nothing is shared or the reference starts at its final value."""
-    paired = pairing.pair(arm, reference)
-    if paired is None:
-        return float("nan")
-    return lab_stats.reach_ratio(paired.curves, paired.reference, paired.x_by_seed.mean(0), paired.x_reference)
-
-
 def resolve_reference(results: Sequence[dict], reference: tuple[str, int] | None) -> tuple[str, int] | None:
     """The reference arm: the one asked for if it has results, else the first arm (None without results)."""
     arms = _arms(results)
@@ -151,8 +141,9 @@ def paired_differences(results: Sequence[dict], reference: tuple[str, int] | Non
     """Every arm against ``reference`` (or the first arm when it has no results), paired by seed on the seeds every
     arm has finished: the difference of final held-out pass rates (mean ± 95% t-interval, at the last validation
     both have; an arm that drew beyond its batch is read at the reference's final rollouts instead) and the rollouts
-    to reach the reference's final pass rate as a ratio to the reference's (:func:`reach_ratio`), with its paired
-    bootstrap CI: ``pairing.pair``'s reading, which the no-revisit summary judges."""
+    to reach the reference's final pass rate as a ratio to the reference's (the token-level lab's
+    ``stats.reach_ratio``), with its paired bootstrap CI: ``pairing.pair``'s reading, which the no-revisit summary
+    judges."""
     reference = resolve_reference(results, reference)
     if reference is None:
         return pd.DataFrame()

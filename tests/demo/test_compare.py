@@ -511,9 +511,11 @@ def test_rollouts_to_reach_the_reference_by_hand():
     fast = [_result("spo", 1, 0, 0, curve={0: 0.1, 10: 0.5, 20: 0.6}),
             _result("spo", 1, 1, 0, curve={0: 0.3, 10: 0.7, 20: 0.8})]
     slow = [_result("spo_sampler", 1, s, 0, curve={0: 0.2, 10: 0.3, 20: 0.45}) for s in (0, 1)]
-    by_seed = pairing.by_seed
-    assert compare_report.reach_ratio(by_seed(fast), by_seed(ref)) == pytest.approx(0.375)
-    assert math.isinf(compare_report.reach_ratio(by_seed(slow), by_seed(ref)))
+    def reach(arm: list[dict], reference: list[dict]) -> float:  # pairing's reading, which the report prints
+        return pairing.pair(pairing.by_seed(arm), pairing.by_seed(reference)).reading().reach.value
+
+    assert reach(fast, ref) == pytest.approx(0.375)
+    assert math.isinf(reach(slow, ref))
     diffs = compare_report.paired_differences(ref + fast + slow)
     assert diffs.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "0.38x"
     assert diffs.loc["spo_sampler n=1 (32 prompts)", "rollouts to reach, x ref"] == "> 1.00x (not reached)"
@@ -522,7 +524,7 @@ def test_rollouts_to_reach_the_reference_by_hand():
     assert diffs.loc["spo_sampler n=1 (32 prompts)", "its 95% CI"] == "[not reached, not reached]"
     early = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.6, 20: 0.5})]
     arm = [_result("spo", 1, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
-    assert compare_report.reach_ratio(by_seed(arm), by_seed(early)) == pytest.approx(2.0)
+    assert reach(arm, early) == pytest.approx(2.0)
     flat = [_result("grpo", 8, 0, 0, curve={0: 0.5, 10: 0.4, 20: 0.5})]  # starts at its final value
     differences = compare_report.paired_differences(flat + arm)
     assert differences.loc["spo n=1 (32 prompts)", "rollouts to reach, x ref"] == "n/a"
