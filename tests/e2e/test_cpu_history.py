@@ -16,11 +16,14 @@ checks are those of that file, with the revisit schedule read from the dumped ba
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
 from bv_blend.history import sampler as weights
 from instruments.cpu.launch import processes_of_run
+from instruments.demo import report, run_logs
 from instruments.demo.report import read_metrics
 from tests.e2e._history import (
     BATCH,
@@ -31,7 +34,9 @@ from tests.e2e._history import (
     assert_same_state,
     batch_questions,
     canonical,
+    question_of,
     replay,
+    rows,
     saved,
 )
 
@@ -89,6 +94,25 @@ def test_the_sampler_drew_every_batch_from_the_seed_and_the_history(run: History
         drawn = weights.draw(weights.prompt_weights(p_hat), BATCH, rng)
         assert {task.questions[i] for i in drawn} == batch_questions(run, step), f"step {step}"
         estimator = replay(run, estimator.state_dict() if step > 1 else None, range(step, step + 1), config)
+
+
+def test_the_comparisons_readers_count_verls_own_rollout_dump(run: HistoryRun) -> None:
+    """What the comparisons read from a run (instruments.demo: visits per prompt, the no-revisit check; the shares of
+    all-right and all-wrong groups) agrees, on the dump verl itself wrote, with the batches the test reads through
+    its own question matching. The sampler draws a step's prompts without replacement, so a question is one group."""
+    dump = run.work / "rollouts"
+    steps = sorted(int(path.stem) for path in dump.glob("*.jsonl") if path.stem.isdigit())
+    assert steps[: LAST_STEP] == list(range(1, LAST_STEP + 1)), steps
+    visits_by_question = Counter(q for step in steps for q in batch_questions(run, step))
+    visits = run_logs.visits_per_prompt(dump)
+    assert visits["draws"] == BATCH * len(steps) == sum(visits_by_question.values())
+    assert (visits["prompts"], visits["max"]) == (len(visits_by_question), max(visits_by_question.values()))
+    assert visits["max"] >= 2  # three steps of 8 draw 24 times from 16 prompts
+    groups = [[row["score"] for row in rows(run.work, step) if question_of(row["input"], run.task) == q]
+              for step in steps for q in batch_questions(run, step)]
+    shares = report.group_shares(dump)
+    assert shares["all-right %"] == pytest.approx(100 * sum(min(g) > 0.5 for g in groups) / len(groups))
+    assert shares["all-wrong %"] == pytest.approx(100 * sum(max(g) < 0.5 for g in groups) / len(groups))
 
 
 def test_checkpoint_holds_a_state_a_fresh_estimator_loads(run: HistoryRun) -> None:

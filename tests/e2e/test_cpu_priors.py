@@ -9,11 +9,10 @@ most of it verl's start-up.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from omegaconf import OmegaConf
 
+from bv_blend.core.jsonl import jsonl_records
 from bv_blend.history.priors import load_priors
 from bv_blend.verl import offline_priors
 from bv_blend.verl.training_data import training_prompts
@@ -42,7 +41,7 @@ def test_the_script_writes_every_training_prompts_scores_from_verls_dump(cpu_ass
     assert rc == 0, f"exit {rc}; {printed[-2000:]}; see {log}"
     assert processes_of_run(run_id) == [], "processes of the generation run are still alive"
 
-    dump = [json.loads(line) for line in (tmp_path / "priors_generations" / "0.jsonl").read_text().splitlines()]
+    dump = jsonl_records(tmp_path / "priors_generations" / "0.jsonl")  # verl keeps U+2028 raw: not splitlines()
     rows = 128  # tests/e2e/_assets.py: write_task(n_train=128)
     assert len(dump) == rows * SAMPLES  # the training rows, N samples each: the val-only run saw the training files
     priors = load_priors(out, "test")

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.verl import offline, runtime
 from bv_blend.verl.channel import advantage_step
 from instruments.lab.estimators import ESTIMATORS, Advantages
 from tests.lab._helpers import SMALL, lab_advantages, traced, verl_face
-
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 
 @pytest.mark.parametrize("key", ["bv_sem", "bv_fixed", "bv_neff", "bv_sigma", "bv_sem_clip5"])
@@ -64,8 +63,8 @@ def test_lab_verl_estimators_equal_verl_functions_called_directly(key, call):
 @pytest.mark.parametrize("key", ["grpo", "drgrpo", "rloo", "reinforce_pp", "bv_sem"])
 def test_offline_adapter_mirrors_verl_trainer_compute_advantage(key):
     """The same batch through the lab's adapter and through verl's trainer function (ray_trainer.compute_advantage)."""
-    ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
     from verl import DataProto
+    from verl.trainer.ppo import ray_trainer
 
     spec = ESTIMATORS[key]
     step = traced(key, steps=3)[-1]

@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.history.keys import prompt_key
 from bv_blend.history.priors import write_priors
@@ -28,9 +30,6 @@ from bv_blend.history.visits import (
 from bv_blend.verl import advisor, hooks
 from bv_blend.verl.hooks import METRICS_KEY
 from tests.verl._helpers import compose_config, step_dataproto, step_rows
-
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 
 PAPER_PROMPTS = 45_000
 PAPER = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "trainer.total_training_steps=500",

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.verl import runtime
 from bv_blend.verl.records import BY_NAME
@@ -21,8 +23,6 @@ from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_step
 
 STATE_FILE = BY_NAME["bv_blend"].state_file
 
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 REPO = Path(__file__).resolve().parents[2]
 SAVED_STEP, LAST_STEP = 2, 4
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.paper.configs import compose_paper_config
 from bv_blend.verl import runtime
 from bv_blend.verl.records import BY_NAME
 from tests.verl._helpers import minimal_trainer, step_dataproto, step_rows
 
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
 STATE_FILE = BY_NAME["ha_dw"].state_file
 SAVED_STEP, LAST_STEP = 2, 4

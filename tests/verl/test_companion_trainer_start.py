@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.paper.configs import compose_paper_config
 from bv_blend.verl.compositions import check_run
@@ -29,8 +31,7 @@ from bv_blend.verl.compositions import check_run
 # worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("companion_trainer_start")
 
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
 K = {"algorithm.bv_blend.num_clusters": 4}

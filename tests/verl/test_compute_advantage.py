@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos, ray_trainer
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.codebook import CLUSTER_KEY
@@ -17,9 +18,6 @@ from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
 from bv_blend.verl.hooks import METRICS_KEY
 from tests.verl._helpers import K, padded, step_dataproto, step_rows
-
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 
 def algorithm(**bv_blend) -> OmegaConf:

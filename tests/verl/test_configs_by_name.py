@@ -84,6 +84,8 @@ def test_bv_blend_config_declares_every_option_with_the_code_defaults(job_config
     glue = BVBlendOptions.from_algorithm(job_configs["bv_blend"].algorithm)
     estimator = glue.config
     assert estimator == BVBlendConfig() and glue == BVBlendOptions(config=estimator)
+    # from_algorithm fills a missing key with its default: the key set shows one left undeclared
+    assert set(job_configs["bv_blend"].algorithm.bv_blend) == set(BVBlendOptions.defaults())
 
 
 @pytest.mark.slow
@@ -152,6 +154,7 @@ def test_the_cpu_config_extends_bv_blend_by_name(job_configs):
     glue = BVBlendOptions.from_algorithm(config.algorithm)
     estimator = glue.config
     assert estimator == BVBlendConfig() and glue == BVBlendOptions(config=estimator)
+    assert set(config.algorithm.bv_blend) == set(BVBlendOptions.defaults())
     assert config.actor_rollout_ref.actor.strategy == "fsdp2" and config.actor_rollout_ref.rollout.dtype == "float32"
     assert config.actor_rollout_ref.rollout.calculate_log_probs is True and config.trainer.device == "cpu"
     assert config.ray_kwargs.ray_init.num_gpus == 1

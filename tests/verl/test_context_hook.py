@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.verl.context_budget import ContextBudgetError
 from tests.verl._helpers import compose_config
-
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 
 
 @pytest.mark.parametrize("trainer_cls", ["v1", "legacy"])

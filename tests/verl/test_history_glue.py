@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend import BVBlendConfig, BVBlendEstimator, SPOEstimator
 from bv_blend.history.keys import prompt_key
@@ -28,8 +30,6 @@ from bv_blend.verl.hooks import METRICS_KEY
 from bv_blend.verl.records import BY_NAME
 from tests.verl._helpers import K, compose_config, minimal_trainer, padded, step_dataproto, step_rows
 
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 LEVELS = {
     "spo": ["algorithm.adv_estimator=spo"],
     "prompt": ["algorithm.bv_blend.history_level=prompt"],

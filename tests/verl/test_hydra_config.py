@@ -19,6 +19,8 @@ def test_our_config_extends_verl_ppo_trainer_and_declares_every_option():
     glue = BVBlendOptions.from_algorithm(config.algorithm)
     estimator = glue.config
     assert estimator == BVBlendConfig() and glue == BVBlendOptions(config=estimator)  # yaml values == code defaults
+    # from_algorithm fills a missing key with its default, so the key set is what shows a key left undeclared
+    assert set(config.algorithm.bv_blend) == set(BVBlendOptions.defaults())
 
 
 def test_overrides_need_no_plus():

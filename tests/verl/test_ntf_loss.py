@@ -15,13 +15,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.workers.utils import losses
 
 from bv_blend.paper.configs import compose_paper_config
 from bv_blend.verl.glue.ntf import NTFPolicyLossConfig
-
-losses = pytest.importorskip("verl.workers.utils.losses")
-from verl.utils import tensordict_utils as tu  # noqa: E402
-from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
 PROMPT_LEN = 3

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.history.priors import load_priors
@@ -22,8 +23,6 @@ from bv_blend.verl import offline, runtime
 from bv_blend.verl.glue.bv_blend import PRIORS_HASH
 from bv_blend.verl.records import BY_NAME
 from tests.verl._helpers import K, compose_config, minimal_trainer, run_legacy_steps
-
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
 
 # Two prompts x 2 rollouts, each group with one right and one wrong answer: GRPO's baseline is 0.5 for both, a prior
 # of 0.9 moves the blended baseline of prompt "a" (and of its cluster) away from it.
@@ -121,13 +120,19 @@ def test_a_resume_with_another_prior_file_is_refused_with_the_fix(tmp_path):
     other.write_text(json.dumps({"a": [0.0, 0.0]}))
     state = _run_and_save(tmp_path / "ckpt", f"algorithm.bv_blend.prior_file={first}")
     assert torch.load(state, weights_only=True)[PRIORS_HASH] is not None
-    _resume(tmp_path / "ckpt", f"algorithm.bv_blend.prior_file={first}")  # the same file resumes
+    saved = torch.load(state, weights_only=True)["estimator"]
+    _resume(tmp_path / "ckpt", f"algorithm.bv_blend.prior_file={first}")  # the same file resumes the history
+    held = runtime.held("bv_blend").estimator.estimator.state_dict()
+    assert held["num_updates"] == saved["num_updates"] == 2 and repr(held["prompts"]) == repr(saved["prompts"])
     runtime.reset()
     for changed in (f"algorithm.bv_blend.prior_file={other}", "algorithm.bv_blend.prior_file=null"):
         with pytest.raises(ValueError, match="silently ignore this run's.*allow_state_reset=true"):
             _resume(tmp_path / "ckpt", changed)
         runtime.reset()
     _resume(tmp_path / "ckpt", f"algorithm.bv_blend.prior_file={other}", "algorithm.bv_blend.allow_state_reset=true")
+    # the history starts over, from the other file's priors
+    afresh = runtime.held("bv_blend").estimator.estimator.state_dict()
+    assert afresh["num_updates"] == 0 and repr(afresh["prompts"]) != repr(saved["prompts"])
 
 
 def test_a_resume_that_adds_a_prior_file_is_refused(tmp_path):

@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 import pytest
+from verl.trainer.ppo import ray_trainer
 
 from bv_blend.verl import runtime
 from bv_blend.verl.compositions import check_run
@@ -15,8 +16,6 @@ from bv_blend.verl.glue.bv_blend import BVBlendOptions
 from bv_blend.verl.sampler import success_estimates
 from bv_blend.verl.state import restore_state, save_state
 from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, step_dataproto, step_rows
-
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 
 
 def _refuse_parsing(monkeypatch):

@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from scipy import stats
 from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo import ray_trainer
 
 from bv_blend.history import sampler as weights
 from bv_blend.history.keys import prompt_key
@@ -18,7 +19,6 @@ from bv_blend.verl.hooks import METRICS_KEY
 from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions, restore_skipped_state
 from tests.verl._helpers import compose_config
 
-ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 PROMPTS = 40
 BATCH = 4
 
@@ -170,16 +170,39 @@ def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterru
     assert unrestored != straight[epoch:], "the check cannot tell a restored sampler from a fresh one"
 
 
-def test_the_hook_leaves_a_sampler_verl_restored_alone(tmp_path):
+@pytest.mark.parametrize("hook", [True, False], ids=["with_the_hook", "verl_alone"])
+def test_a_mid_epoch_resume_draws_the_uninterrupted_runs_batches(tmp_path, hook):
+    """Mid-epoch verl restores the loader's state, and the sampler's with it, but only once the loader starts
+    iterating: the hook, which runs before the training loop, finds the sampler at 0 draws and restores the same
+    state first. Either way the resumed run draws what the uninterrupted run drew."""
+    data, epoch, saved_at = dataset(), PROMPTS // BATCH, 3
     config = run_config()
-    first = loader(config, data := dataset())
+    straight = []
+    for step, batch in enumerate(loader(config, data)):
+        straight.append([row["extra_info"]["index"] for row in batch])
+        train_on(config, batch, step)
+
+    config = run_config()
+    first = loader(config, data)
     iterator = iter(first)
-    for step in range(3):  # mid-epoch: verl restores the loader, and with it the sampler
+    for step in range(saved_at):  # mid-epoch: verl's checkpoint, data.pt and our state
         train_on(config, next(iterator), step)
     torch.save(first.state_dict(), tmp_path / "data.pt")
-    assert restore_skipped_state(str(tmp_path)) is False
+    saved_state = runtime.estimator_for("spo", config.algorithm).state_dict()
+
+    config = run_config()
+    runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
+    resumed = loader(config, data)
+    resumed.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))  # verl's mid-epoch resume
+    assert runtime.RUN.sampler.draws == 0  # the loader has not handed the state on yet
+    if hook:
+        assert restore_skipped_state(str(tmp_path)) is True and runtime.RUN.sampler.draws == saved_at
+    drawn = []
+    for step, batch in zip(range(saved_at, epoch), resumed, strict=False):
+        drawn.append([row["extra_info"]["index"] for row in batch])
+        train_on(config, batch, step)
+    assert drawn == straight[saved_at:epoch]
     assert restore_skipped_state(None) is False and restore_skipped_state(str(tmp_path / "none")) is False
-    assert len(data) == PROMPTS
 
 
 def test_an_epoch_is_the_dataset_divided_by_the_batch_and_the_next_epoch_carries_on():
@@ -220,7 +243,7 @@ def test_the_sampler_is_refused_at_trainer_start_with_the_reason_and_the_fix(ove
 )  # fmt: skip
 def test_the_v1_trainer_refuses_the_modes_that_fetch_one_prompt_at_a_time(overrides):
     """verl's own V1 trainer constructor, patched by the plugin: it refuses before verl forces gen_batch_size=1."""
-    trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
+    from verl.trainer.ppo.v1 import trainer_sync
     config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
                              "data.dataloader_num_workers=0", *overrides])  # fmt: skip
     with pytest.raises(ValueError, match="fetch one prompt at a time"):
