@@ -125,6 +125,15 @@ def test_corrupt_codebook_fails_to_load_with_value_error(tmp_path, damage):
         Codebook.load(path)
 
 
+def test_a_path_with_a_tilde_is_the_users_home(tmp_path, monkeypatch):
+    """hydra passes ``codebook_path=~/k64/codebook.npz`` through unexpanded (bash expands no ~ after ``a.b=``)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    points, _ = blobs()
+    book = fit_codebook(points, 4, encoder_id="enc", seed=0)
+    book.save(tmp_path / "k64" / "codebook.npz")
+    assert np.array_equal(Codebook.load("~/k64/codebook.npz").centroids, book.centroids)
+
+
 def test_missing_codebook_file_names_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="bv-blend codebook"):
         Codebook.load(tmp_path / "absent.npz")

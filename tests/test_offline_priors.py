@@ -105,7 +105,7 @@ def test_a_long_prompt_is_rendered_left_truncated_as_the_agent_loop_sends_it(ass
     assert prompt_renderer(config)(messages) == tokenizer.decode(ids[-8:], skip_special_tokens=True)
 
 
-def test_a_dump_converts_to_each_prompts_scores(assets, tmp_path):
+def test_a_dump_converts_to_each_prompts_scores(assets, tmp_path, monkeypatch):
     prompts = render_training_prompts(assets["config"])
     frame = _rows(assets["train"])
     assert [p.key for p in prompts] == [prompt_key(m, i) for m, i in zip(frame["prompt"], frame["extra_info"],
@@ -125,6 +125,8 @@ def test_a_dump_converts_to_each_prompts_scores(assets, tmp_path):
     written = json.loads(out.read_text())
     assert written == expected
     assert {k: v.tolist() for k, v in load_priors(out, "test").items()} == expected
+    monkeypatch.setenv("HOME", str(tmp_path))  # prior_file=~/priors.json reaches us unexpanded from hydra
+    assert {k: v.tolist() for k, v in load_priors("~/priors.json", "test").items()} == expected
     assert summary.prompts == len(expected) == summary.training_prompts and summary.without_samples == 0
     assert summary.samples == 3 * len(frame)
     flat = [s for scores in expected.values() for s in scores]

@@ -3,7 +3,7 @@
     bv-blend codebook ~/data/train.parquet --num-clusters 64 --out-dir ~/data/k64
 
 writes ~/data/k64/{codebook.npz, train.parquet (extra_info.bv_blend_cluster), report.md, report.json,
-cluster_sizes.png}. Train on the annotated copy with algorithm.bv_blend.codebook_path=~/data/k64/codebook.npz.
+cluster_sizes.png}. Train on the annotated copy with algorithm.bv_blend.codebook_path=$HOME/data/k64/codebook.npz.
 Embeddings are cached, so a re-run with another K only re-fits. docs/codebook.md.
 """
 

@@ -101,8 +101,9 @@ class Codebook:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Codebook:
-        """Read a codebook written by :meth:`save`; a corrupt or foreign file raises ``ValueError``."""
-        path = Path(path)
+        """Read a codebook written by :meth:`save`; a corrupt or foreign file raises ``ValueError``. A leading ``~`` is
+        the user's home (a hydra override such as ``codebook_path=~/k64/codebook.npz`` reaches us unexpanded)."""
+        path = Path(path).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"codebook file {path} does not exist; build one with `bv-blend codebook`")
         hint = f"{path} is not a valid bv_blend codebook (rebuild it with `bv-blend codebook`)"

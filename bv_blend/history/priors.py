@@ -32,7 +32,7 @@ def load_priors(path: str | Path, option: str) -> dict[str, np.ndarray]:
     Raises:
         ValueError: the file is missing, not JSON, not a mapping of keys to non-empty lists of numbers in [0, 1].
     """
-    path = Path(path)
+    path = Path(path).expanduser()  # a hydra override reaches us with its ~ unexpanded
     if not path.is_file():
         raise ValueError(f"{option}={path} does not exist. Write it with `bv-blend priors`, or unset {option}.")
     try:
