@@ -142,6 +142,11 @@ class _Worker:
     threaded parent mid-lock."""
 
     def __init__(self) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("math_verify") is None:
+            raise ImportError("the Math-Verify reward needs math-verify, which is not installed in this Python: "
+                              "pip install '.[paper]' in the bv_blend clone (or pip install 'math-verify>=0.7')")
         code = "from bv_blend.paper.rewards import _worker_main; _worker_main()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1

@@ -108,6 +108,7 @@ def check_run(config: Any, legacy: bool = False) -> None:
     _check_unused(algorithm, requested)
     if ntf:
         _check_ntf(config, legacy)
+    _check_reward_installed(config)
 
 
 def requested_options(algorithm: Any, section: str, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -199,3 +200,20 @@ def _check_ntf(config: Any, legacy: bool) -> None:
 
 
 __all__ = ["Composition", "check_composition", "check_run", "composition_of", "refusals", "requested_options"]
+
+
+PAPER_REWARD = "pkg://bv_blend.paper.rewards"  # the paper kit's Math-Verify reward (configs/paper/*)
+
+
+def _check_reward_installed(config: Any) -> None:
+    """The paper kit's reward needs math-verify, which the ``[paper]`` extra installs and verl does not: without it a
+    run would fail at its first validation, after the model and vLLM have loaded (checked whatever the estimator)."""
+    import importlib.util
+
+    reward = config_get(config_get(config_get(config, "reward"), "custom_reward_function"), "path")
+    if str(reward or "").startswith(PAPER_REWARD) and importlib.util.find_spec("math_verify") is None:
+        raise ValueError(
+            f"reward.custom_reward_function.path={reward} (the paper's Math-Verify reward) needs math-verify, which "
+            "is not installed in this Python. Install the paper kit: pip install '.[paper]' in the bv_blend clone "
+            "(or pip install 'math-verify>=0.7')."
+        )

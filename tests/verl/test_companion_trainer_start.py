@@ -110,6 +110,20 @@ def test_sound_runs_pass(name, updates):
     check_run(_config(name, updates))
 
 
+def test_the_papers_reward_without_math_verify_is_refused_at_trainer_start(monkeypatch):
+    """reinforce_pp_n1 (verl's estimator, the paper kit's reward): without math-verify the run would fail at its first
+    validation, after the model loaded. The refusal names the extra that installs it. (math-verify is installed
+    here: its absence is what find_spec reports for a module not found.)"""
+    import importlib.util
+
+    config = _config("reinforce_pp_n1", {})
+    check_run(config)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real(name, *a))
+    with pytest.raises(ValueError, match=r"needs math-verify.*pip install '\.\[paper\]'"):
+        _start("reinforce_pp_n1", {})
+
+
 # ------------------------------------------------------------------------------------------- a fresh process
 FRESH = """
 import contextlib, io, json, sys
