@@ -125,6 +125,9 @@ def test_a_model_not_on_this_machine_is_a_loud_warning_naming_the_budget():
     with pytest.warns(ContextBudgetWarning, match=r"Could not check .* = 9216 tokens against the context of "
                                                   r"nobody-here/not-a-model"):
         assert check_context_budget(_config("nobody-here/not-a-model")) is None
+    # with rollout.max_model_len set (the paper's configs), verl refuses it at the rollout server's start instead
+    with pytest.warns(ContextBudgetWarning, match=r"refuse actor_rollout_ref.rollout.max_model_len 9216 once"):
+        check_context_budget(_config("nobody-here/not-a-model", max_model_len=9216))
 
 
 def test_a_hub_id_already_in_the_local_cache_is_checked(tmp_path, monkeypatch):

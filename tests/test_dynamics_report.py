@@ -106,3 +106,25 @@ def test_plot_dynamics_script_end_to_end(runs, tmp_path, capsys):
     assert len(list(out.glob("*.png"))) == len(PANELS)
     assert "wrote" in capsys.readouterr().out
     assert script.main(["--run", "nameonly", "--out", str(out)]) == 2
+
+
+def test_a_resumed_run_keeps_both_attempts_metrics(monkeypatch, tmp_path):
+    """verl's file logger opens its file with "wb": each launch of scripts/train.py gets its own file
+    (``launch.metrics_file``), and load_run reads them in order, the later attempt winning a step both logged."""
+    from verl.utils.tracking import Tracking
+
+    from bv_blend.paper.launch import metrics_file
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for steps, score in ((range(1, 4), 0.1), (range(3, 6), 0.9)):  # the second attempt resumes from step 2's save
+        path = metrics_file(run_dir)
+        monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+        tracking = Tracking(project_name="test", experiment_name="run", default_backend=["file"])
+        for step in steps:
+            tracking.log({"critic/score/mean": score}, step=step)
+        tracking.finish()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.1.jsonl", "metrics.jsonl"]
+    frame = load_run(run_dir)
+    assert list(frame.index) == [1, 2, 3, 4, 5]
+    assert frame["critic/score/mean"].tolist() == [0.1, 0.1, 0.9, 0.9, 0.9]

@@ -22,6 +22,7 @@ from bv_blend.verl.context_budget import check_context_budget
 from bv_blend.verl.overrides import override_value
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
+METRICS_NAME = "metrics.jsonl"  # verl's file logger output in a run folder (a resumed run's: metrics.<k>.jsonl)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,17 @@ def _require_exists(paths: Sequence[Path], flag: str, kind: str = "file") -> lis
             raise FileNotFoundError(f"{flag}: {path} does not exist (or is not a {kind}); fix the path.")
         resolved.append(path)
     return resolved
+
+
+
+def metrics_file(out: Path) -> Path:
+    """The file verl's ``file`` logger writes this launch's metrics to: ``metrics.jsonl``, or for a resumed run the
+    first free ``metrics.<k>.jsonl``, since the logger opens its file with "wb" and would erase the earlier attempt's
+    (``bv_blend.paper.report.load_run`` reads them all, in order)."""
+    attempt = 0
+    while (out / (METRICS_NAME if attempt == 0 else f"metrics.{attempt}.jsonl")).is_file():
+        attempt += 1
+    return out / (METRICS_NAME if attempt == 0 else f"metrics.{attempt}.jsonl")
 
 
 def build_train_launch(
@@ -91,7 +103,7 @@ def build_train_launch(
         )
 
     out = Path(output_dir or Path("outputs") / f"{GROUP}_{config}").expanduser().resolve()
-    logs = {"TENSORBOARD_DIR": str(out / "tensorboard"), "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+    logs = {"TENSORBOARD_DIR": str(out / "tensorboard"), "VERL_FILE_LOGGER_PATH": str(metrics_file(out))}
     launch_overrides = [
         f"data.train_files={override_value([str(path) for path in train])}",
         f"data.val_files={override_value([str(path) for path in val])}",

@@ -123,10 +123,12 @@ def check_context_budget(config: Any, model: str | Path | None = None) -> ModelC
 
     context = read_model_context(model)
     if context is None:
+        consequence = ("verl will cut every response short without a word" if max_model_len is None else
+                       f"verl will refuse actor_rollout_ref.rollout.max_model_len {int(max_model_len)} once the "
+                       "rollout server starts, after the weights have loaded")
         warnings.warn(
             f"Could not check {lengths} against the context of {model}: its config.json is not on this machine. "
-            "If the model's context is smaller, verl will cut every response short "
-            f"without a word; {WIDEN_HINT} or lower data.max_response_length.",
+            f"If the model's context is smaller, {consequence}; {WIDEN_HINT} or lower data.max_response_length.",
             ContextBudgetWarning,
             stacklevel=2,
         )

@@ -73,14 +73,28 @@ def read_tensorboard_log(path: Path) -> pd.DataFrame:
     return pd.DataFrame(series).sort_index().rename_axis("step")
 
 
+def read_attempts(run_dir: Path) -> pd.DataFrame:
+    """A run folder's ``metrics.jsonl`` and, where the run was resumed, each later attempt's ``metrics.<k>.jsonl``
+    (scripts/train.py gives every launch its own file: verl's logger erases the file it opens); a step logged by
+    two attempts keeps the later one's values."""
+
+    def attempt(path: Path) -> int | None:
+        middle = path.name[len("metrics.") : -len(".jsonl")]
+        return int(middle) if middle.isdigit() else None
+
+    later = sorted((p for p in run_dir.glob("metrics.*.jsonl") if attempt(p) is not None), key=attempt)
+    merged = pd.concat([read_jsonl_log(run_dir / "metrics.jsonl"), *map(read_jsonl_log, later)])
+    return merged[~merged.index.duplicated(keep="last")].sort_index()
+
+
 def load_run(path: Path) -> pd.DataFrame:
-    """A run's metrics from a JSONL file, a tensorboard folder, or a run folder holding ``metrics.jsonl``
-    or ``tensorboard/`` (the layout scripts/train.py writes)."""
+    """A run's metrics from a JSONL file, a tensorboard folder, or a run folder holding ``metrics.jsonl`` (with a
+    resumed run's ``metrics.<k>.jsonl``) or ``tensorboard/`` (the layout scripts/train.py writes)."""
     path = Path(path).expanduser()
     if path.is_file():
         return read_jsonl_log(path) if path.suffix in (".jsonl", ".json") else read_tensorboard_log(path)
     if (path / "metrics.jsonl").is_file():
-        return read_jsonl_log(path / "metrics.jsonl")
+        return read_attempts(path)
     if (path / "tensorboard").is_dir():
         return read_tensorboard_log(path / "tensorboard")
     if path.is_dir() and any(path.rglob("events.out.tfevents.*")):
