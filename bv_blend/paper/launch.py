@@ -53,14 +53,22 @@ def _require_exists(paths: Sequence[Path], flag: str, kind: str = "file") -> lis
     return resolved
 
 
+def metrics_files(out: Path) -> list[Path]:
+    """The metrics files earlier launches wrote into ``out``, in launch order: ``metrics.jsonl``, then a resumed run's
+    ``metrics.1.jsonl``, ``metrics.2.jsonl``, ... (``bv_blend.paper.report.load_run`` reads them all)."""
+    found: list[Path] = []
+    while (path := _attempt_file(out, len(found))).is_file():
+        found.append(path)
+    return found
+
 
 def metrics_file(out: Path) -> Path:
-    """The file verl's ``file`` logger writes this launch's metrics to: ``metrics.jsonl``, or for a resumed run the
-    first free ``metrics.<k>.jsonl``, since the logger opens its file with "wb" and would erase the earlier attempt's
-    (``bv_blend.paper.report.load_run`` reads them all, in order)."""
-    attempt = 0
-    while (out / (METRICS_NAME if attempt == 0 else f"metrics.{attempt}.jsonl")).is_file():
-        attempt += 1
+    """The file verl's ``file`` logger writes this launch's metrics to: the first attempt's name not yet taken, since
+    the logger opens its file with "wb" and would erase an earlier attempt's."""
+    return _attempt_file(out, len(metrics_files(out)))
+
+
+def _attempt_file(out: Path, attempt: int) -> Path:
     return out / (METRICS_NAME if attempt == 0 else f"metrics.{attempt}.jsonl")
 
 

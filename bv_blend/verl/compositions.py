@@ -13,10 +13,12 @@ refused.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, fields
 from typing import Any
 
 from bv_blend.verl import runtime
+from bv_blend.verl.context_budget import config_value
 from bv_blend.verl.options import NTF_LOSS, config_get, section_options, selected_record, uses_ntf
 from bv_blend.verl.records import (
     BOUNDED_SCALE,
@@ -199,21 +201,20 @@ def _check_ntf(config: Any, legacy: bool) -> None:
         )
 
 
-__all__ = ["Composition", "check_composition", "check_run", "composition_of", "refusals", "requested_options"]
-
-
 PAPER_REWARD = "pkg://bv_blend.paper.rewards"  # the paper kit's Math-Verify reward (configs/paper/*)
 
 
 def _check_reward_installed(config: Any) -> None:
     """The paper kit's reward needs math-verify, which the ``[paper]`` extra installs and verl does not: without it a
     run would fail at its first validation, after the model and vLLM have loaded (checked whatever the estimator)."""
-    import importlib.util
-
-    reward = config_get(config_get(config_get(config, "reward"), "custom_reward_function"), "path")
+    reward = config_value(config, "reward.custom_reward_function.path")
     if str(reward or "").startswith(PAPER_REWARD) and importlib.util.find_spec("math_verify") is None:
         raise ValueError(
             f"reward.custom_reward_function.path={reward} (the paper's Math-Verify reward) needs math-verify, which "
             "is not installed in this Python. Install the paper kit: pip install '.[paper]' in the bv_blend clone "
             "(or pip install 'math-verify>=0.7')."
         )
+
+
+__all__ = ["Composition", "check_composition", "check_run", "composition_of", "refusals", "requested_options"]
+

@@ -102,14 +102,19 @@ def test_the_comparisons_readers_count_verls_own_rollout_dump(run: HistoryRun) -
     its own question matching. The sampler draws a step's prompts without replacement, so a question is one group."""
     dump = run.work / "rollouts"
     steps = sorted(int(path.stem) for path in dump.glob("*.jsonl") if path.stem.isdigit())
-    assert steps[: LAST_STEP] == list(range(1, LAST_STEP + 1)), steps
-    visits_by_question = Counter(q for step in steps for q in batch_questions(run, step))
+    assert steps[:LAST_STEP] == list(range(1, LAST_STEP + 1)), steps
+    groups: list[list[float]] = []  # each step's scores by question, read once
+    visits_by_question: Counter[str] = Counter()
+    for step in steps:
+        by_question: dict[str, list[float]] = {}
+        for row in rows(run.work, step):
+            by_question.setdefault(question_of(row["input"], run.task), []).append(row["score"])
+        groups += by_question.values()
+        visits_by_question.update(by_question)
     visits = run_logs.visits_per_prompt(dump)
     assert visits["draws"] == BATCH * len(steps) == sum(visits_by_question.values())
     assert (visits["prompts"], visits["max"]) == (len(visits_by_question), max(visits_by_question.values()))
     assert visits["max"] >= 2  # three steps of 8 draw 24 times from 16 prompts
-    groups = [[row["score"] for row in rows(run.work, step) if question_of(row["input"], run.task) == q]
-              for step in steps for q in batch_questions(run, step)]
     shares = report.group_shares(dump)
     assert shares["all-right %"] == pytest.approx(100 * sum(min(g) > 0.5 for g in groups) / len(groups))
     assert shares["all-wrong %"] == pytest.approx(100 * sum(max(g) < 0.5 for g in groups) / len(groups))

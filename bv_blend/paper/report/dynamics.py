@@ -74,16 +74,12 @@ def read_tensorboard_log(path: Path) -> pd.DataFrame:
 
 
 def read_attempts(run_dir: Path) -> pd.DataFrame:
-    """A run folder's ``metrics.jsonl`` and, where the run was resumed, each later attempt's ``metrics.<k>.jsonl``
-    (scripts/train.py gives every launch its own file: verl's logger erases the file it opens); a step logged by
-    two attempts keeps the later one's values."""
+    """A run folder's ``metrics.jsonl`` and, where the run was resumed, each later attempt's file
+    (``launch.metrics_files``: scripts/train.py gives every launch its own, since verl's logger erases the file it
+    opens); a step logged by two attempts keeps the later one's values."""
+    from bv_blend.paper.launch import metrics_files
 
-    def attempt(path: Path) -> int | None:
-        middle = path.name[len("metrics.") : -len(".jsonl")]
-        return int(middle) if middle.isdigit() else None
-
-    later = sorted((p for p in run_dir.glob("metrics.*.jsonl") if attempt(p) is not None), key=attempt)
-    merged = pd.concat([read_jsonl_log(run_dir / "metrics.jsonl"), *map(read_jsonl_log, later)])
+    merged = pd.concat([read_jsonl_log(path) for path in metrics_files(run_dir)])
     return merged[~merged.index.duplicated(keep="last")].sort_index()
 
 
