@@ -110,7 +110,7 @@ def test_the_comparisons_readers_count_verls_own_rollout_dump(run: HistoryRun) -
         for row in rows(run.work, step):
             by_question.setdefault(question_of(row["input"], run.task), []).append(row["score"])
         groups += by_question.values()
-        visits_by_question.update(by_question)
+        visits_by_question.update(by_question.keys())  # a question once per step (the sampler draws distinct ones)
     visits = run_logs.visits_per_prompt(dump)
     assert visits["draws"] == BATCH * len(steps) == sum(visits_by_question.values())
     assert (visits["prompts"], visits["max"]) == (len(visits_by_question), max(visits_by_question.values()))
