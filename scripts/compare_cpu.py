@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.report:
         if len(todo) == len(a.specs):
             sys.exit(f"[compare] no run in {a.out} has finished yet: nothing to report")
-        write_report(a, argv, s, [spec for spec in a.specs if spec not in todo], started, [t.name for t in todo])
+        write_report(a, argv, s, [spec for spec in a.specs if spec not in todo], None, [t.name for t in todo])
         return
     prepared = prepare(s, reuse=True)
     failed = []
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     if failed:
         sys.exit(f"[compare] {len(failed)} run(s) failed: {', '.join(failed)}. Their logs say why; run the same "
                  "command again to retry them (finished runs are kept). No results were written.")
-    write_report(a, argv, s, a.specs, started)
+    write_report(a, argv, s, a.specs, time.time() - started if todo else None)
 
 
 def fits_or_exit(out: Path, specs: list, key: dict[str, str]) -> None:
@@ -191,9 +191,10 @@ def fits_or_exit(out: Path, specs: list, key: dict[str, str]) -> None:
                  "are kept); --no-memory-check starts the run anyway.")
 
 
-def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finished: list, started: float,
+def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finished: list, wall_s: float | None,
                  missing: list[str] = ()) -> None:
-    """Tables and plot of the ``finished`` runs into ``--docs`` (and its PNG); ``missing`` marks them partial."""
+    """Tables and plot of the ``finished`` runs into ``--docs`` (and its PNG); ``missing`` marks them partial.
+    ``wall_s``: this invocation's time, None where it ran no verl run (a report, or every run already finished)."""
     key = compare.settings_key(s)
     results = [compare.load_result(a.out, spec, key) for spec in finished]
     suffix = "cpu" if a.section == compare_report.SECTION else a.section  # one plot per section
@@ -208,7 +209,6 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
                 "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}",
                 **({} if a.settings_commit is None else {"settings from": f"{a.settings} at {a.settings_commit}"})}
-    wall_s = None if a.report else time.time() - started  # --report (the only caller with missing runs) runs nothing
     here = describe_cpu()  # where this report is written: the runs' machine when they did not record theirs
     generated = compare_report.results_markdown(results, command, here, png.name, wall_s,
                                          {k: str(v) for k, v in settings.items()}, date.today().isoformat(), missing,
@@ -217,7 +217,9 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(compare_report.summary_table(results).to_string())
         print(compare_report.paired_differences(results, a.reference).to_string())
-        print(compare_report.sampler_table(results).to_string())
+        sampler = compare_report.sampler_table(results)
+        if not sampler.empty:  # only arms that draw prompts by the history have one
+            print(sampler.to_string())
     print(f"[compare] wrote {doc} and {png}")
     if a.regime_summary is not None:
         summary = no_revisit.summarize(results, json.loads((s.work_dir / "prepared.json").read_text()),

@@ -710,3 +710,7 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     script.main(args)
     text = doc.read_text()
     assert "Partial results" not in text and "wall for this invocation" not in text
+    monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
+    script.main([arg for arg in args if arg != "--report"])  # the command itself, once every run has finished
+    text = doc.read_text()
+    assert "Partial results" not in text and "wall for this invocation" not in text  # it ran no verl run either
