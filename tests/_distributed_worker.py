@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -62,7 +63,9 @@ def rows_of_rank(groups: np.ndarray, rank: int, world_size: int) -> np.ndarray:
 
 @contextmanager
 def gloo_group(rank: int, world_size: int, init_file: str) -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    # a rank left waiting in a collective fails the test within a minute instead of hanging it
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))  # fmt: skip
     try:
         yield
     finally:
@@ -93,10 +96,17 @@ def run_rank(
         torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
 
 
-def run_rank_with_a_bad_call(rank: int, world_size: int, init_file: str, out_dir: str, seed: int) -> None:
+def prompt_keys_of(uids: np.ndarray) -> np.ndarray:
+    """One prompt per group, the same in every call: the group's index (its uid without the call's)."""
+    return np.array([uid.split("g")[1] for uid in uids], dtype=object)
+
+
+def run_rank_with_a_bad_call(
+    rank: int, world_size: int, init_file: str, out_dir: str, seed: int, history_level: str = "cluster"
+) -> None:
     """Call 0 is good everywhere; in call 1 rank 1 holds a NaN reward; call 2 is good again."""
     with gloo_group(rank, world_size, init_file):
-        estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
+        estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5, history_level=history_level))
         calls = make_calls(seed, num_calls=3)
         states, errors = [], []
         for call, (rewards, uids, clusters, groups) in enumerate(calls):
@@ -105,7 +115,7 @@ def run_rank_with_a_bad_call(rank: int, world_size: int, init_file: str, out_dir
             if call == 1 and rank == 1:
                 local_rewards[0] = float("nan")
             try:
-                estimator.compute(local_rewards, uids[rows], clusters[rows])
+                estimator.compute(local_rewards, uids[rows], clusters[rows], prompt_keys=prompt_keys_of(uids[rows]))
                 errors.append(None)
             except ValueError as error:
                 errors.append(str(error))

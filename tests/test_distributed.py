@@ -9,7 +9,14 @@ import torch
 import torch.multiprocessing as mp
 
 from bv_blend import BVBlendConfig, BVBlendEstimator
-from tests._distributed_worker import NUM_CLUSTERS, call_options, make_calls, run_rank, run_rank_with_a_bad_call
+from tests._distributed_worker import (
+    NUM_CLUSTERS,
+    call_options,
+    make_calls,
+    prompt_keys_of,
+    run_rank,
+    run_rank_with_a_bad_call,
+)
 
 
 def single_process(seed: int, binary: bool, never_varies: bool = False):
@@ -54,10 +61,13 @@ def test_ranks_with_whole_groups_match_one_process(tmp_path, world_size, binary,
 
 
 @pytest.mark.slow
-def test_a_rejected_input_on_one_rank_raises_on_every_rank_and_changes_no_state(tmp_path):
-    """Without the failure flag in the all-reduce, rank 0 would wait forever for rank 1."""
+@pytest.mark.parametrize("history_level", ["cluster", "prompt_and_cluster"])
+def test_a_rejected_input_on_one_rank_raises_on_every_rank_and_changes_no_state(tmp_path, history_level):
+    """Without the failure flag in the all-reduce, rank 0 would wait for rank 1 until gloo's timeout; at the prompt
+    levels rank 0 must raise before the prompt table's gather, which rank 1 never joins."""
     seed = 11
-    mp.spawn(run_rank_with_a_bad_call, args=(2, str(tmp_path / "init"), str(tmp_path), seed), nprocs=2, join=True)
+    args = (2, str(tmp_path / "init"), str(tmp_path), seed, history_level)
+    mp.spawn(run_rank_with_a_bad_call, args=args, nprocs=2, join=True)
     saved = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
     assert saved[1]["errors"][1].startswith("Rewards must be finite")
     assert saved[0]["errors"][1].startswith("Another rank's input for this call was rejected")
@@ -65,15 +75,27 @@ def test_a_rejected_input_on_one_rank_raises_on_every_rank_and_changes_no_state(
 
     # The failed call changed nothing on either rank, and the next call synced as if it had not happened.
     calls = make_calls(seed, num_calls=3)
-    reference = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
+    reference = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5, history_level=history_level))
     for call in (0, 2):
         rewards, uids, clusters, _ = calls[call]
-        reference.compute(rewards, uids, clusters)
+        reference.compute(rewards, uids, clusters, prompt_keys=prompt_keys_of(uids))
     for rank in range(2):
         states = saved[rank]["states"]
         for name in ("count", "mean", "second_moment", "seen"):
             assert torch.equal(states[1][name], states[0][name]), name
             assert torch.equal(states[2][name], reference.state_dict()[name]), name
+        if history_level != "cluster":  # the prompt table too: unchanged by the failed call, then as one process's
+            assert states[0]["prompts"]["keys"] and prompt_table(states[1]) == prompt_table(states[0])
+            after, expected = prompt_table(states[2]), prompt_table(reference.state_dict())
+            assert after.keys() == expected.keys()
+            for key, values in expected.items():
+                torch.testing.assert_close(torch.tensor(after[key]), torch.tensor(values), rtol=1e-12, atol=1e-12)
+
+
+def prompt_table(state: dict) -> dict[str, list[float]]:
+    table = state["prompts"]
+    columns = [name for name in table if name != "keys"]
+    return {key: [float(table[name][i]) for name in columns] for i, key in enumerate(table["keys"])}
 
 
 def by_key(spo_state: dict) -> dict[str, tuple[float, float]]:

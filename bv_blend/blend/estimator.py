@@ -153,7 +153,13 @@ class BVBlendEstimator:
         groups = group_stats(rows)
         blend = self._blend(rows, groups, group_cluster, group_key)
         sums = self._sums(groups, group_cluster, blend)
-        sums = sums.all_reduce() if sync else sums
+        if sync:
+            sums = sums.all_reduce()
+            if sums.failed:  # before the prompt levels' gather, which the rank that failed does not join
+                raise ValueError(
+                    "Another rank's input for this call was rejected (its own error says why); no rank changed "
+                    "its BV-Blend state. Fix that input and call again on every rank."
+                )
         visits = self._prompt_visits(groups, group_key, sync) if group_key is not None else None
         self._commit(sums, visits)
         return to_tensor(blend.advantage, rewards)
@@ -357,12 +363,7 @@ class BVBlendEstimator:
         return keys, stats
 
     def _commit(self, sums: CallSums, visits: tuple[list[str], np.ndarray] | None) -> None:
-        """(5.6, 5.7) Fold the call into the history and keep its metrics, unless a rank failed or it overflows."""
-        if sums.failed:
-            raise ValueError(
-                "Another rank's input for this call was rejected (its own error says why); no rank changed "
-                "its BV-Blend state. Fix that input and call again on every rank."
-            )
+        """(5.6, 5.7) Fold the call into the history and keep its metrics, unless it overflows."""
         if not np.isfinite(sums.cluster_stats).all() or not math.isfinite(sums.abs_advantage_max):
             # Finite rewards so large that the sums or the advantages overflow: refuse before the history is poisoned.
             raise ValueError(TOO_LARGE)
