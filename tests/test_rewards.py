@@ -132,6 +132,24 @@ def test_answer_parses_rejects_malformed_reference_answers(answer, ok):
     assert answer_parses(answer) is ok
 
 
+def test_the_environment_sets_every_checks_timeout_and_a_bad_value_is_a_clear_error(monkeypatch):
+    """BV_BLEND_REWARD_TIMEOUT_S reaches the evaluation's checks as well as the reward: 0.5 s, below math-verify's
+    1-second alarm, ends the hanging check only by the pool's kill (the default 5 s would end it by the alarm)."""
+    pool = get_pool()
+    killed = pool.killed
+    monkeypatch.setenv(rewards.TIMEOUT_ENV, "0.5")
+    assert verify_answer(HANGING, "1") is False and pool.killed == killed + 1
+    for bad, message in [("soon", "is not a number of seconds"), ("0", "must be positive")]:
+        monkeypatch.setenv(rewards.TIMEOUT_ENV, bad)
+        assert verify_answer("so \\boxed{9}", "9", timeout_s=30) is True  # an argument: the variable is not read
+        with pytest.raises(ValueError, match=message):
+            verify_answer("1", "1")
+        with pytest.raises(ValueError, match=message):
+            answer_parses("1")
+    monkeypatch.delenv(rewards.TIMEOUT_ENV)
+    assert rewards.resolve_timeout(None) == rewards.DEFAULT_TIMEOUT_S
+
+
 def test_compute_score_reads_the_timeout_from_extra_info():
     """0.5 s is below math-verify's 1-second alarm, so only the pool's hard deadline ends the check and the worker is
     killed; at the default 5 s math-verify's own alarm would end it first (no kill). The kill shows 0.5 was read."""

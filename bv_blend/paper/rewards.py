@@ -281,24 +281,40 @@ def get_pool() -> VerifierPool:
         return _pool
 
 
-def verify_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+TIMEOUT_ENV = "BV_BLEND_REWARD_TIMEOUT_S"
+
+
+def resolve_timeout(timeout_s: float | None) -> float:
+    """``timeout_s``, else :data:`TIMEOUT_ENV` where set (a busy machine's checks need longer), else 5 s."""
+    if timeout_s is None:
+        text = os.environ.get(TIMEOUT_ENV)
+        try:
+            timeout_s = DEFAULT_TIMEOUT_S if text is None else float(text)
+        except ValueError:
+            raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds: set it to one (e.g. 10), or "
+                             "unset it for the default 5 s") from None  # fmt: skip
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s} (an argument, or {TIMEOUT_ENV})")
+    return timeout_s
+
+
+def verify_answer(prediction: str, ground_truth: str, timeout_s: float | None = None) -> bool:
     """Whether the final answer in ``prediction`` equals ``ground_truth`` by Math-Verify.
 
     ``prediction`` may be a whole response (the last ``\\boxed{}`` wins) or a bare expression.
-    A malformed answer, or one whose check exceeds ``timeout_s`` seconds, is ``False``.
+    A malformed answer, or one whose check exceeds ``timeout_s`` seconds (:func:`resolve_timeout`), is ``False``.
     Safe to call from any thread.
     """
     return check_answer(prediction, ground_truth, timeout_s).ok
 
 
-def check_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+def check_answer(prediction: str, ground_truth: str, timeout_s: float | None = None) -> Verdict:
     """:func:`verify_answer`, with whether math-verify failed on the answer (an error it swallowed, a timeout).
 
     Raises:
         VerifierCrash: the check raised an exception math-verify did not handle (a programming error).
     """
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    timeout_s = resolve_timeout(timeout_s)
     if not isinstance(prediction, str) or not isinstance(ground_truth, str):
         raise TypeError("prediction and ground_truth must be strings")
     if not prediction.strip() or not ground_truth.strip():
@@ -306,8 +322,9 @@ def check_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_
     return get_pool().verdict(prediction, ground_truth, timeout_s)
 
 
-def answer_parses(answer: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+def answer_parses(answer: str, timeout_s: float | None = None) -> bool:
     """Whether Math-Verify can parse a reference answer into a maths object (not just a string)."""
+    timeout_s = resolve_timeout(timeout_s)
     if not answer.strip():
         return False
     return get_pool().parses(answer, timeout_s)
@@ -324,16 +341,15 @@ def compute_score(
 
     verl's reward loop calls ``compute_score(data_source=..., solution_str=..., ground_truth=...,
     extra_info=...)`` (plus reward-router keywords, ignored here). The timeout is
-    ``extra_info["math_verify_timeout_s"]`` if given, else ``BV_BLEND_REWARD_TIMEOUT_S``, else 5 s.
+    ``extra_info["math_verify_timeout_s"]`` if given, else :func:`resolve_timeout`'s.
 
     Returns ``{"score", "acc", "verifier_failure"}``: verl takes ``score`` as the reward and carries the other keys
     as ``reward_extra_info`` (every row has the same keys, as verl's agent loop requires). ``acc`` is what verl sets
     for a float reward, kept so that DAPO's ``filter_groups.metric=acc`` still finds it; ``verifier_failure`` is 1.0
     where math-verify failed on the answer (a parse or verify error it swallowed, or a timeout).
     """
-    env_timeout = os.environ.get("BV_BLEND_REWARD_TIMEOUT_S", DEFAULT_TIMEOUT_S)
-    timeout_s = float((extra_info or {}).get("math_verify_timeout_s") or env_timeout)
-    verdict = check_answer(solution_str, str(ground_truth), timeout_s=timeout_s)
+    given = (extra_info or {}).get("math_verify_timeout_s")
+    verdict = check_answer(solution_str, str(ground_truth), timeout_s=None if given is None else float(given))
     score = 1.0 if verdict.ok else 0.0
     return {"score": score, "acc": score, FAILURE_KEY: 1.0 if verdict.failure else 0.0}
 
