@@ -100,7 +100,9 @@ class Advice:
             f"{visits.visits_per_prompt:.2f} expected visits per prompt ({draws}){self._covered()}, so a share of "
             f"{visits.history_row_share:.2f} of the rows see their prompt's history (the advisor warns below "
             f"{WARN_BELOW}). The other rows are first visits, where the prompt's history has nothing to act on. "
-            f"Settings that would act: {'; or '.join(self.fixes)}.{self._bound()} This is a warning: the run goes on."
+            f"Settings that would act: {'; or '.join(self.fixes)}.{self._bound()} What was measured where prompts "
+            f"seldom come back, and what to run there: docs/regime/recommendation.md. This is a warning: the run goes "
+            f"on."
         )
 
     def _covered(self) -> str:
@@ -165,7 +167,7 @@ def advise(config: Any, prompts: int, keys: Sequence[str] | None = None) -> Advi
     level, fixes = _levels(record, options)
     if prior is not None:
         fixes += (f"priors: `bv-blend priors`, then {record.option_section}.{prior}=PATH (every prompt starts with a "
-                  "history)",)  # fmt: skip
+                  "history; their scores cost rollouts before the run)",)  # fmt: skip
     filtered = bool(config_get(config_get(config_get(config, "algorithm"), "filter_groups"), "enable"))
     return Advice(record, PROMPT_KEYS in options.inputs(), visits, int(config_get(rollout, "n") or 1), sampler,
                   level, fixes, f"{record.option_section}.{prior}={path}" if path is not None else "", covered,

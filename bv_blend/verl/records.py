@@ -143,8 +143,9 @@ RECORDS: tuple[EstimatorRecord, ...] = (
         inputs=frozenset({PROMPT_KEYS}),
         refuses={
             SKIP_ZERO_GAP: "algorithm.filter_groups (DAPO's dynamic sampling) cannot run with spo: it drops every "
-            "group whose rewards are all equal, and at SPO's one rollout per prompt that is every group. SPO's tracker "
-            "gives single rollouts their signal; turn filter_groups off.",
+            "group whose rewards are all equal, and at SPO's one rollout per prompt that is every group. SPO's batch "
+            "normalisation (and its tracker, once a prompt comes back or from priors) gives single rollouts their "
+            "signal; turn filter_groups off.",
         },
         success_estimates="success_estimates",
     ),

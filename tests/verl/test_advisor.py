@@ -11,6 +11,8 @@ its training set when ``__init__`` returns) and V1 ``PPOTrainerSync`` constructo
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -145,6 +147,8 @@ def test_the_paper_scale_warns_where_a_prompt_history_acts_on_few_rows(caplog, o
     for part in ("45000 training prompts", "16 prompts a step x 8 rollouts", "500 steps", "0.18 expected visits per "
                  "prompt (verl's sampler", "a share of 0.00 of the rows", fix, "This is a warning"):  # fmt: skip
         assert part in message, part
+    named = re.search(r"what to run there: (\S+)\.", message)  # the measured guidance, a file of this repository
+    assert named and (Path(__file__).parents[2] / named.group(1)).is_file(), message
     assert advice.metrics() == {"advisor/visits_per_prompt": pytest.approx(8000 / 45000),
                                 "advisor/prompt_history_row_share": 0.0}  # fmt: skip
 
