@@ -15,7 +15,7 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from instruments.demo.pipeline import PRETRAINED_DEMO, TINY, DemoSettings, run_demo
+from instruments.demo.pipeline import PRETRAINED_DEMO, TINY, DemoSettings, check_demo, demo_plan, run_demo
 
 
 def main() -> None:
@@ -63,6 +63,10 @@ def main() -> None:
     if not 5 <= s.val_prompts <= 125:
         p.error(f"--val-prompts {s.val_prompts} must be in 5..125: at least one per family, and at most half of "
                 "the 50 distinct prompts of the smallest family (sums of 0-4) per family")
+    try:  # what can be refused before any work, with its fix (run_demo checks it again)
+        check_demo(demo_plan(s, a.recommended)[0], a.report_only)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        p.error(str(e))
     print(run_demo(s, recommended=a.recommended, report_only=a.report_only))
 
 

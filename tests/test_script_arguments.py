@@ -105,3 +105,25 @@ def test_plot_dynamics_checks_every_run_before_reading_any(argv, message, monkey
     monkeypatch.setattr(script, "load_run", lambda path: read.append(path))
     assert script.main(argv) == 2
     assert message in capsys.readouterr().err and read == []
+
+
+def test_the_demo_answers_help_without_the_set_up_and_runs_where_it_is_called(tmp_path):
+    """scripts/demo.sh: --help comes from the existing .venv at once (BV_BLEND_VENV points the set-up at a new folder,
+    which it would create first); a bad --model is read from the caller's folder and refused before any work (the
+    script demo.sh runs there, called directly: demo.sh would run the set-up first)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[1] / "scripts" / "demo.sh"
+    env = {**os.environ, "BV_BLEND_VENV": str(tmp_path / "venv")}
+    shown = subprocess.run(["bash", str(demo), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert shown.returncode == 0 and "usage: demo_cpu.py" in shown.stdout, shown.stderr
+    assert not (tmp_path / "venv").exists()  # the set-up did not run
+    (tmp_path / "mine").mkdir()
+    refused = subprocess.run([sys.executable, str(demo.with_name("demo_cpu.py")), "--model", "mine"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert refused.returncode == 2 and f"{tmp_path / 'mine'} is not a Hugging Face model folder" in refused.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no demo_out, no task written

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +24,14 @@ from tqdm.auto import tqdm
 from instruments.demo import demo_report, pretrained, report
 from instruments.demo import model as tiny
 from instruments.demo import reward as demo_reward
-from instruments.demo.task import assert_disjoint, make_problems, read_questions, write_task
+from instruments.demo.task import (
+    assert_disjoint,
+    distinct_problems,
+    held_out_problems,
+    make_problems,
+    read_questions,
+    write_task,
+)
 from instruments.demo.verl_run import run_method
 from instruments.demo.warmup import expected_group_shares, pass_rates, supervised_warmup
 from instruments.machine import cpu_flags, describe_cpu
@@ -303,24 +310,70 @@ def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:
     return f"recommended: {regime.ARMS[key].label}", arm.estimator, n, arm.overrides
 
 
+Run = tuple[str, str, int, tuple[str, ...]]  # a demo run: its label, estimator, rollouts a prompt and overrides
+
+
+def demo_plan(s: DemoSettings, recommended: bool = False) -> tuple[DemoSettings, list[Run]]:
+    """The demo's runs (GRPO, BV-Blend, and with ``recommended`` the README's setting) and the settings they share.
+    Every run has the same rollouts a step, so one with fewer rollouts a prompt draws more prompts a step: the
+    training pool grows to the largest run's steps x prompts a step, so that no run sees a prompt twice."""
+    plan: list[Run] = [(method, method, s.n, ()) for method in METHODS]
+    if recommended:
+        plan.append(recommended_run())
+    for label, _, n, _ in plan:
+        if (s.batch * s.n) % n:
+            raise ValueError(f"{label} runs {n} rollouts a prompt, which do not divide the {s.batch * s.n} a step")
+    need = s.steps * max(s.batch * s.n // n for _, _, n, _ in plan)
+    return (s if s.n_train >= need else replace(s, n_train=need)), plan
+
+
+def check_demo(s: DemoSettings, report_only: bool = False) -> None:
+    """What the demo refuses before it writes anything, each with its fix: a work folder that is a file, or that
+    holds a finished demo of other settings (a new run would replace its runs); ``report_only`` without a demo there;
+    a model folder verl cannot train; bf16 where the CPU lacks it; more distinct training prompts than the task has."""
+    if s.work_dir.exists() and not s.work_dir.is_dir():
+        raise ValueError(f"--work-dir {s.work_dir} is a file: pass a folder (it is created if missing)")
+    if report_only:
+        if not (s.work_dir / "prepared.json").is_file():
+            raise FileNotFoundError(f"{s.work_dir} holds no demo (no prepared.json): run it first, without "
+                                    "--report-only")
+        return  # prepare(reuse=True) compares the settings
+    summary = s.work_dir / "summary.json"
+    if summary.is_file():
+        saved = json.loads(summary.read_text()).get("settings", {})
+        saved.pop("work_dir", None)  # the same folder, however its path was written
+        differences = key_differences(saved, {k: str(v) for k, v in asdict(s).items() if k != "work_dir"})
+        if differences:
+            raise ValueError(f"{s.work_dir} holds a finished demo of other settings ({differences}): a new run would "
+                             "replace its runs. Pass another --work-dir, or remove that folder first")
+    s.compute_dtype()
+    if s.pretrained and s.model != SMOLLM2:
+        pretrained.check_model_folder(Path(s.model).expanduser().resolve())
+    if s.distinct_train:
+        held_out = {p.question for p in held_out_problems(s.val_prompts, s.seed, task=s.task)}
+        try:
+            distinct_problems(s.n_train, s.seed, exclude=held_out, task=s.task)
+        except ValueError as e:
+            raise ValueError(f"the demo's runs need {s.n_train} distinct training prompts (steps x the most prompts "
+                             f"a run draws a step), more than the {s.task!r} task holds outside the held-out split "
+                             f"({e}): lower --steps or --batch") from None
+
+
 def run_demo(s: DemoSettings, recommended: bool = False, report_only: bool = False) -> str:
     """All stages; returns the comparison table (also written to work_dir/table.txt next to curves.png).
     ``recommended``: a third run, the setting the README recommends, at the same rollouts a step. ``report_only``:
     run nothing, rewrite the table, plot and summary from the runs already in ``s.work_dir`` (the same settings)."""
     t0 = time.time()
+    s, plan = demo_plan(s, recommended)
+    check_demo(s, report_only)
     cpu = describe_cpu()  # first, so that any report of this run says which kind of CPU it came from
     print(f"[demo] {cpu}")
     prepared = prepare(s, reuse=True) if report_only else prepare(s)
-    plan: list[tuple[str, str, int, tuple[str, ...]]] = [(method, method, s.n, ()) for method in METHODS]
-    if recommended:
-        plan.append(recommended_run())
     in_format = s.in_format
     runs: dict[str, report.RunRecord] = {}
     start = None
     for label, method, n, extra in plan:
         first = start is None
-        if (s.batch * s.n) % n:
-            raise ValueError(f"{label} runs {n} rollouts a prompt, which do not divide the {s.batch * s.n} a step")
         run_dir = s.work_dir / "runs" / label.split(":")[0]
         if report_only:
             if not (run_dir / "metrics.jsonl").is_file():

