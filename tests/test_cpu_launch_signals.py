@@ -43,7 +43,9 @@ def test_sigterm_to_the_launcher_stops_every_process_of_the_run():
         assert _wait_for(lambda: len(processes_of_run(run_id)) >= 2), "the stand-in run did not start"
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
-        assert _wait_for(lambda: processes_of_run(run_id) == [], 10), processes_of_run(run_id)
+        # within a minute, not at once: beside a verl run on 2 cores the killed pair was still listed 10 s on (the
+        # sleeps live 300 s, so a leak still fails here)
+        assert _wait_for(lambda: processes_of_run(run_id) == [], 60), processes_of_run(run_id)
     finally:
         launcher.kill()
         for pid in processes_of_run(run_id):
