@@ -297,7 +297,10 @@ def _prepared_from(saved: dict) -> Prepared:
                     saved["warmup_pass_rates"], question_family, codebook_nmi=saved.get("codebook_nmi"))
 
 
-def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:
+Run = tuple[str, str, int, tuple[str, ...]]  # a demo run: its label, estimator, rollouts a prompt and overrides
+
+
+def recommended_run() -> Run:
     """The setting the README recommends, from the committed regime summaries and the rule (docs/regime/): its
     label, estimator, rollouts a prompt and overrides (``--recommended``)."""
     from instruments import regime
@@ -308,9 +311,6 @@ def recommended_run() -> tuple[str, str, int, tuple[str, ...]]:
     arm_name, n = REGIME_ARMS[key]
     arm = compare.ARMS[arm_name]
     return f"recommended: {regime.ARMS[key].label}", arm.estimator, n, arm.overrides
-
-
-Run = tuple[str, str, int, tuple[str, ...]]  # a demo run: its label, estimator, rollouts a prompt and overrides
 
 
 def demo_plan(s: DemoSettings, recommended: bool = False) -> tuple[DemoSettings, list[Run]]:
