@@ -168,6 +168,13 @@ def distinct_problems(n: int, seed: int, exclude: Collection[str] = (), task: st
     return interleave([rng.sample(space, share) for space, share in zip(spaces, shares, strict=True)])
 
 
+def max_held_out(task: str) -> int:
+    """The most held-out prompts ``task`` gives: half of its smallest family (the other half stays for training) in
+    each of its families."""
+    families = families_of(task).values()
+    return min(f.size for f in families) // 2 * len(families)
+
+
 def held_out_problems(n: int, seed: int, task: str = "demo") -> list[Problem]:
     """``n`` distinct problems, evenly over the families (round robin): the validation split.
 
@@ -182,7 +189,7 @@ def held_out_problems(n: int, seed: int, task: str = "demo") -> list[Problem]:
         # keep at least half of a family's prompts for training, so that the family is still trained on
         if k > family.size // 2:
             raise ValueError(f"{n} held-out prompts take {k} of family '{family.name}', which has only "
-                             f"{family.size}; use at most {min(f.size for f in families) // 2 * len(families)}")
+                             f"{family.size}; use at most {max_held_out(task)}")
         chosen.append([family.problem_at(i) for i in rng.sample(range(family.size), k)])
     return interleave(chosen)  # the first rows of the file cover every family
 

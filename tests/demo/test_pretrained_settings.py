@@ -118,6 +118,32 @@ def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_fl
     assert seen["s"].model == "tiny" and seen["s"].warmup_steps == 10 and seen["s"].lr == 1e-4
 
 
+def test_the_demo_script_shows_its_defaults_and_bounds_held_out_prompts_by_the_task(monkeypatch, capsys) -> None:
+    """--help reads each default from the settings (a pretrained model's, the tiny model's where they differ); the
+    held-out bound is the task's (half its smallest family per family), not the tiny task's 125 for every model."""
+    from instruments.demo.task import held_out_problems, max_held_out
+
+    script = load_script("demo_cpu")
+    monkeypatch.setattr(script, "run_demo", lambda s, recommended, report_only: "")
+    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--help"])
+    with pytest.raises(SystemExit):
+        script.main()
+    shown = " ".join(capsys.readouterr().out.split())
+    tiny = DemoSettings(work_dir=Path("x"))
+    assert f"RL steps per method (default {PRETRAINED_DEMO['steps']}; with --model tiny {tiny.steps})" in shown
+    assert f"codebook size K (default {tiny.num_clusters})" in shown  # the same for both: shown once
+    assert (max_held_out("demo"), max_held_out("wide")) == (125, 5000)  # tiny_sum's 50, echo3's 2,000 prompts
+    assert len(held_out_problems(max_held_out("wide"), seed=0, task="wide")) == 5000
+    with pytest.raises(ValueError, match="use at most 5000"):
+        held_out_problems(5001, seed=0, task="wide")
+    for argv, refused in ((["--val-prompts", "5001"], "must be in 5..5000 for the 'wide' task"),
+                          (["--model", "tiny", "--val-prompts", "126"], "must be in 5..125 for the 'demo' task")):
+        monkeypatch.setattr("sys.argv", ["demo_cpu.py", *argv])
+        with pytest.raises(SystemExit):
+            script.main()
+        assert refused in capsys.readouterr().err
+
+
 def test_dynamic_sampling_s_draws_are_kept_per_step_with_the_result() -> None:
     import pandas as pd
 
