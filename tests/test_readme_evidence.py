@@ -1,0 +1,50 @@
+"""What the README and history.md tell a user to run quotes what was measured (the brief's "guidance that holds"):
+every paired difference their what-to-run text gives, a value with its 95% interval, is one that
+``scripts/regime_report.py`` printed into the generated docs/regime/recommendation.md, from the committed summaries
+(test_regime_report.py holds that file to them). A figure typed by hand, or left behind when a summary changed,
+fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERVAL = re.compile(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]")
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())  # the docs wrap lines inside a figure
+
+
+def between(path: str, start: str, end: str) -> str:
+    text = (ROOT / path).read_text()
+    first = text.index(start)
+    return text[first : text.index(end, first + len(start))]
+
+
+GUIDANCE = {
+    "README's What to run": ("README.md", "\n## What to run\n", "\n## "),
+    "history.md's seldom revisited": ("docs/history.md", "**Seldom revisited", "**Often revisited"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(GUIDANCE))
+def test_every_difference_the_guidance_quotes_is_in_the_generated_recommendation(where: str) -> None:
+    quoted = INTERVAL.findall(flat(between(*GUIDANCE[where])))
+    generated = set(INTERVAL.findall(flat((ROOT / "docs/regime/recommendation.md").read_text())))
+    assert quoted, f"{where} quotes no measured difference: the pattern or the section moved"
+    typed = [figure for figure in quoted if figure not in generated]
+    assert not typed, (
+        f"{where} quotes differences that docs/regime/recommendation.md does not hold: {typed}; copy them from it "
+        "(python scripts/regime_report.py writes it)"
+    )
+
+
+def test_a_figure_that_is_not_generated_is_caught() -> None:
+    generated = set(INTERVAL.findall(flat((ROOT / "docs/regime/recommendation.md").read_text())))
+    typed = "REINFORCE++ n = 1 is ahead by +0.999 [+0.998,\n  +0.999]"
+    assert INTERVAL.findall(flat(typed)) == ["+0.999 [+0.998, +0.999]"]
+    assert "+0.999 [+0.998, +0.999]" not in generated
