@@ -26,7 +26,7 @@ import pandas as pd  # noqa: E402
 from instruments import stats as lab_stats  # noqa: E402
 from instruments.demo import pairing, report  # noqa: E402
 from instruments.demo.compare import ARMS, arm_label  # noqa: E402
-from instruments.demo.run_logs import SAMPLER_PREFIX, SPO_P_HAT, generated_rollouts  # noqa: E402
+from instruments.demo.run_logs import SAMPLER_PREFIX, SIGNAL_FROM_SCORES, SPO_P_HAT, generated_rollouts  # noqa: E402
 
 SECTION = "compare_cpu"  # the markers of the current comparison's results in docs/benchmarks.md
 
@@ -84,8 +84,17 @@ def _fmt(mean: float, half: float, digits: int = 3, sign: bool = False) -> str:
     return text if math.isnan(half) else f"{text} ± {half:.{digits}f}"
 
 
+def _signal_ratio(result: dict) -> float:
+    """A run's signal ratio; where its result lacks one (the companions' runs read at `24cc6c9` kept only GRPO's and
+    BV-Blend's) and its estimator gives 0 exactly to the all-equal groups, the share of the others."""
+    signal = result["summary"].get("signal ratio", float("nan"))
+    if math.isnan(signal) and result["spec"]["estimator"] in SIGNAL_FROM_SCORES:
+        return 1 - result["summary"].get("all-equal %", float("nan")) / 100
+    return signal
+
+
 def _seed_mean(runs: Sequence[dict], key: str, digits: int) -> str:
-    values = [r["summary"].get(key, float("nan")) for r in runs]
+    values = [_signal_ratio(r) if key == "signal ratio" else r["summary"].get(key, float("nan")) for r in runs]
     values = [v for v in values if not math.isnan(v)]
     return f"{np.mean(values):.{digits}f}" if values else "n/a"
 
@@ -286,9 +295,11 @@ def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: 
         "",
         "Held-out pass rate at T=1 (mean ± 95% t-interval over seeds), before and after training, and the rest "
         "averaged over seeds (max abs(A): the largest over seeds). All-equal %: groups whose rollouts all scored "
-        "the same (every group at n=1). Signal ratio: groups with a non-zero advantage (n/a for SPO, which gives "
-        "every row r - p^). Step time: verl's `timing_s/step`, which includes fetching the step's batch (the "
-        "sampler's draw); adv ms: its `timing_s/adv`; between steps: the time per step outside verl's step timer "
+        "the same (every group at n=1). Signal ratio: groups with a non-zero advantage (BV-Blend's logged; GRPO's, "
+        "HA-DW's and MaxNorm-AC's the groups whose scores are not all equal, the only ones each gives a non-zero "
+        "advantage; n/a at one rollout a prompt and for SPO, which gives every row r - p^). Step time: verl's "
+        "`timing_s/step`, which includes fetching the step's batch (the sampler's draw); adv ms: its `timing_s/adv`; "
+        "between steps: the time per step outside verl's step timer "
         "and its validation (logging, metrics). Step 1 is left out of the times. Run min: a run's wall time with its "
         "start-up and validations (mean over seeds).",
         "",

@@ -22,9 +22,12 @@ TESTING_TIME = "timing_s/testing"
 SAMPLER_PREFIX = "sampler/"
 ADVISOR_PREFIX = "advisor/"  # the start-time advisor's planned visits (arithmetic from the run's sizes)
 SPO_P_HAT = "spo/p_hat_mean"  # SPO's mean p^ over a batch's prompts: what the sampler moves, with or without it
-# Which estimators' "signal" (share of groups that get a non-zero advantage) the demo's reader defines: GRPO's
-# from the groups' scores, BV-Blend's logged; SPO gives every row r - p^, so a share of groups says nothing.
-SIGNAL_DEFINED = ("grpo", "bv_blend")
+# Which estimators' "signal" (share of groups that get a non-zero advantage) the demo's reader defines. GRPO, HA-DW
+# (GRPO's advantage reweighted) and MaxNorm-AC (zero on a group in one reward bin) give 0 exactly to the groups whose
+# 0/1 scores all agree, so theirs is the share of the others, read from the groups' scores; BV-Blend logs its own.
+# SPO gives every row r - p^, and at one rollout a prompt every group is all-equal: a share of groups says nothing.
+SIGNAL_FROM_SCORES = ("grpo", "ha_dw", "maxnorm_ac")
+SIGNAL_DEFINED = (*SIGNAL_FROM_SCORES, "bv_blend")
 
 
 def max_abs_advantage(metrics: pd.DataFrame) -> float:

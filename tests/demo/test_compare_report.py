@@ -71,6 +71,22 @@ def test_tables_average_over_seeds_and_pair_every_arm_with_the_reference_by_seed
     assert set(curve["step"]) == {0, 10, 20} and (curve["seeds"] == 3).all()
 
 
+def test_a_companion_run_without_a_signal_ratio_reads_it_from_its_all_equal_groups():
+    """HA-DW and MaxNorm-AC give 0 exactly to the groups whose 0/1 scores all agree: where a result kept no signal
+    ratio (the companions' runs read at 24cc6c9), it is the share of the other groups; REINFORCE++ at one rollout a
+    prompt has none (every group is all-equal), and a logged one is never replaced."""
+    results = [_result(arm, n, 0, 0.5) for arm, n in (("grpo", 8), ("ha_dw", 8), ("maxnorm_rloo", 8),
+                                                       ("reinforce_plus_plus", 1))]
+    for r in results[1:]:
+        r["summary"]["signal ratio"] = float("nan")
+    results[1]["summary"]["all-equal %"] = 46.25
+    table = compare_report.summary_table(results)
+    assert table.loc["grpo n=8 (4 prompts)", "signal ratio"] == "0.550"  # its own, not 1 - 40%
+    assert table.loc["ha_dw n=8 (4 prompts)", "signal ratio"] == "0.537"  # 1 - 0.4625
+    assert table.loc["maxnorm_rloo n=8 (4 prompts)", "signal ratio"] == "0.600"
+    assert table.loc["reinforce_plus_plus n=1 (32 prompts)", "signal ratio"] == "n/a"
+
+
 def test_rollouts_to_reach_the_reference_by_hand():
     """Seed-mean curves, linear between validations (steps 0, 10, 20 at 32 rollouts a step):
     reference 0.2, 0.4, 0.5 -> its final 0.5, reached at step 20 (640 rollouts).
