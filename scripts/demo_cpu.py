@@ -73,10 +73,11 @@ def main() -> None:
         p.error("--steps, --batch, --test-freq, --val-samples and --warmup-steps must be >= 1, --n >= 2 (a group)")
     if not 0.0 < s.format_share <= 1.0:
         p.error(f"--format-share {s.format_share} must be in (0, 1]")
-    families, most = len(families_of(s.task)), max_held_out(s.task)
-    if not families <= s.val_prompts <= most:
-        p.error(f"--val-prompts {s.val_prompts} must be in {families}..{most} for the {s.task!r} task: at least one "
-                f"per family, and at most half of each family's prompts (the smallest has {most * 2 // families})")
+    families, most = families_of(s.task).values(), max_held_out(s.task)
+    if not len(families) <= s.val_prompts <= most:
+        p.error(f"--val-prompts {s.val_prompts} must be in {len(families)}..{most} for the {s.task!r} task: at least "
+                f"one per family, and at most half of each family's prompts (the smallest has "
+                f"{min(f.size for f in families)})")
     try:  # what can be refused before any work, with its fix (run_demo checks it again)
         check_demo(demo_plan(s, a.recommended)[0], a.report_only)
     except (ValueError, FileNotFoundError, RuntimeError) as e:

@@ -93,10 +93,13 @@ def _signal_ratio(result: dict) -> float:
     return signal
 
 
-def _seed_mean(runs: Sequence[dict], key: str, digits: int) -> str:
-    values = [_signal_ratio(r) if key == "signal ratio" else r["summary"].get(key, float("nan")) for r in runs]
+def _mean_text(values: Sequence[float], digits: int) -> str:
     values = [v for v in values if not math.isnan(v)]
     return f"{np.mean(values):.{digits}f}" if values else "n/a"
+
+
+def _seed_mean(runs: Sequence[dict], key: str, digits: int) -> str:
+    return _mean_text([r["summary"].get(key, float("nan")) for r in runs], digits)
 
 
 def summary_table(results: Sequence[dict]) -> pd.DataFrame:
@@ -112,7 +115,7 @@ def summary_table(results: Sequence[dict]) -> pd.DataFrame:
             "gain": _fmt(*mean_ci(col["gain"]), sign=True),
             "all-equal % (right + wrong)": f"{_seed_mean(runs, 'all-equal %', 1)} ({_seed_mean(runs, 'all-right %', 1)}"
                                            f" + {_seed_mean(runs, 'all-wrong %', 1)})",
-            "signal ratio": _seed_mean(runs, "signal ratio", 3),
+            "signal ratio": _mean_text([_signal_ratio(r) for r in runs], 3),
             "max abs(A)": _max_over_seeds(runs, "max |A|"),
             "step time s": _seed_mean(runs, "step time s", 2),
             "adv ms": _seed_mean(runs, "adv time ms", 1),
