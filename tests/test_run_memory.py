@@ -88,14 +88,6 @@ def test_the_script_writes_what_it_saw_and_prints_the_table(holders, tmp_path, c
         assert message in capsys.readouterr().err
 
 
-def test_a_run_that_ended_is_not_held():
-    run = "memory-test-" + uuid.uuid4().hex
-    process = subprocess.Popen([sys.executable, "-c", "pass"], env={**os.environ, RUN_ID_ENV: run})
-    process.wait()
-    time.sleep(0.1)
-    assert run not in runs_memory()
-
-
 def test_watching_samples_a_live_run_in_the_background_until_the_block_ends(holders):
     with watching(interval_s=0.05) as watch:
         deadline = time.monotonic() + 60  # a sample reads every process's environ: slow on a loaded machine
@@ -112,10 +104,9 @@ def test_a_machine_whose_memory_cannot_be_read_loses_the_measurement_not_the_run
         raise ValueError("/proc/meminfo has no MemAvailable line")
 
     monkeypatch.setattr(memory, "available_gib", unreadable)
-    ran = False
     with watching(interval_s=0.01) as watch:
-        ran = True
-    assert ran and watch.runs == {} and watch.least_available_gib == float("inf")
+        pass
+    assert watch.runs == {} and watch.least_available_gib == float("inf")
 
 
 def test_a_run_that_does_not_fit_is_refused_naming_the_runs_holding_memory(holders):

@@ -32,7 +32,12 @@ def test_the_conversion_fixes_the_end_of_turn_and_records_its_source(converted: 
     assert tokenizer.eos_token_id == tokenizer.pad_token_id == config.eos_token_id == 2
     assert config.tie_word_embeddings and config.model_type == "llama" and config.num_hidden_layers == 30
     record = json.loads((converted / pretrained.MARKER).read_text())
-    assert record["parameters"] == 134_515_008 and record["source"] == pretrained.GGUF_NAME
+    # counted from the config: tied embeddings, then per layer q, k, v, o, the gated MLP and two norms; a final norm
+    width, kv_width = config.hidden_size, config.num_key_value_heads * config.hidden_size // config.num_attention_heads
+    layer = 2 * width * width + 2 * width * kv_width + 3 * width * config.intermediate_size + 2 * width
+    expected = config.vocab_size * width + config.num_hidden_layers * layer + width
+    assert record["parameters"] == expected == 134_515_008  # SmolLM2-135M's
+    assert record["source"] == pretrained.GGUF_NAME
     assert record["source_sha256"] == pretrained._sha256(pretrained.gguf_path())
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
                                            add_generation_prompt=True)

@@ -105,34 +105,8 @@ def test_engine_death_reports_how_the_engine_core_ended() -> None:
     assert "no exit code known" in str(rollout_patches.engine_death(server(engine=_Engine(True, {}))))
 
 
-def test_the_replay_buffer_checks_the_engines_once_per_new_failed_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    """verl's real ReplayBuffer, with TransferQueue's listing stood in for: the check runs on each new failed group
-    only, and a dead engine raises in the trainer's process."""
-    from verl.trainer.ppo.v1 import replay_buffer
-
-    monkeypatch.setattr(
-        replay_buffer.ReplayBuffer, "_sync_metadata_from_transfer_queue",
-        replay_buffer.ReplayBuffer._sync_metadata_from_transfer_queue,
-    )  # fmt: skip
-    rollout_patches._patch_replay_buffer(replay_buffer)
-    rollout_patches._patch_replay_buffer(replay_buffer)  # idempotent: not wrapped twice
-    tags: dict[str, dict] = {"u1": {"is_prompt": True, "status": "running", "global_steps": 1}}
-    monkeypatch.setattr(replay_buffer.tq, "kv_list", lambda: {"train": tags})
-    checks: list[int] = []
-    deaths: list[str] = []
-    monkeypatch.setattr(rollout_patches, "_dead_engines", lambda: checks.append(1) or list(deaths))
-    buffer = replay_buffer.ReplayBuffer("sync", {}, None, "drop", {})
-
-    buffer._sync_metadata_from_transfer_queue()
-    assert checks == []  # nothing failed: the engines are not asked
-    tags["u1"]["status"] = "failure"
-    buffer._sync_metadata_from_transfer_queue()
-    buffer._sync_metadata_from_transfer_queue()
-    assert checks == [1]  # asked once for that group, and the engine lives: verl goes on as it would
-    tags["u2"] = {"is_prompt": True, "status": "failure", "global_steps": 1}
-    deaths.append("vLLM rollout server of replica 0, node 0: its process EngineCore_DP0 was killed by SIGKILL")
-    with pytest.raises(rollout_patches.RolloutEngineDied, match=f"{CAUSE}.*EngineCore_DP0 was killed by SIGKILL"):
-        buffer._sync_metadata_from_transfer_queue()
+# verl's ReplayBuffer with the check, on a real TransferQueue:
+# tests/verl/test_v1_advantage_step.py::test_the_replay_buffer_checks_the_engines_once_per_new_failed_group
 
 
 PROBE = """

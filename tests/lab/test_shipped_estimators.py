@@ -140,6 +140,7 @@ def test_the_labs_history_sampler_draws_with_the_shipped_functions(key):
     task = Task(SMALL, 1, 10)
     keys, clusters = task.prompt_keys(), task.codebook("true")[0]
     rng, estimator = task.sampler_rng(), Advantages(ESTIMATORS[key], SMALL.num_clusters)
+    assert len(trace) == 10
     for step in trace:
         p_hat = offline.success_estimates(estimator.algorithm, keys, clusters)
         np.testing.assert_array_equal(step["prompts"], draw(prompt_weights(p_hat), SMALL.prompts_per_step, rng))

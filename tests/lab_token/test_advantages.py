@@ -77,13 +77,16 @@ def test_rows_of_a_group_share_a_uid_and_the_cluster_is_the_family(tiny_cache, r
 
 def test_prompt_keys_go_only_to_the_arms_that_need_them(monkeypatch):
     seen = []
-    monkeypatch.setattr(offline, "compute_advantages", lambda *a, **kw: seen.append(set(kw)) or torch.zeros(2, 3))
-    rows = (torch.ones(2), torch.ones(2, 3, dtype=torch.int64), np.array(["a", "b"], dtype=object), np.zeros(2),
-            np.array(["q1", "q2"]))
+
+    def recorded(*args, real=offline.compute_advantages, **kwargs):  # verl's real estimators, their inputs recorded
+        seen.append(set(kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(offline, "compute_advantages", recorded)
+    rows = (torch.ones(2), torch.ones(2, 3, dtype=torch.int64), np.array(["a", "b"], dtype=object),
+            np.zeros(2, dtype=np.int64), np.array(["q1", "q2"], dtype=object))  # fmt: skip
     for key in ("grpo8", "bv2", "bv2_prompt", "spo1"):
-        advantages = object.__new__(TokenAdvantages)  # no algorithm config: spo is not registered yet
-        advantages.arm, advantages.algorithm = ARMS[key], None
-        advantages(*rows)
+        assert TokenAdvantages(ARMS[key], num_clusters=1)(*rows).shape == (2, 3)
     assert [("prompt_keys" in kw) for kw in seen] == [False, False, True, True]
     assert all("cluster_ids" in kw for kw in seen)
 

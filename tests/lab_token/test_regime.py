@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from bv_blend.history.priors import load_priors
 from instruments import regime as shared
@@ -90,6 +91,7 @@ def test_the_oracle_allocation_spends_the_budget_in_groups_of_its_sizes(tiny_cac
     settings = replace(SETTINGS, clusters="family")
     steps = []
     run_module.run(settings, REGIME_ARMS["knapsack_grpo2"], 0, 1e-4, str(cache), on_step=steps.append)
+    assert len(steps) == settings.steps
     for step in steps:
         sizes = np.unique(step["uids"], return_counts=True)[1]
         assert sizes.sum() == settings.budget and all(2 <= s <= 16 for s in sizes)
@@ -98,13 +100,19 @@ def test_the_oracle_allocation_spends_the_budget_in_groups_of_its_sizes(tiny_cac
 def test_the_oracle_baseline_is_reward_minus_p(tiny_cache, random_scores, tmp_path, monkeypatch):
     cache = tmp_path / "warmup"
     shutil.copytree(tiny_cache, cache)
-    monkeypatch.setattr(run_module, "estimated_success",
-                        lambda model, tok, problems, *args: np.full(len(problems), 0.25))
+    estimates = []  # the real estimator (oracle_samples=2: cheap), recorded
+
+    def recorded(*args, real=run_module.estimated_success):
+        estimates.append(real(*args))
+        return estimates[-1]
+
+    monkeypatch.setattr(run_module, "estimated_success", recorded)
     steps = []
     settings = replace(SETTINGS, clusters="family")
     run_module.run(settings, REGIME_ARMS["oracle_baseline1"], 0, 1e-4, str(cache), on_step=steps.append)
-    step = steps[0]
-    expected = (step["rollouts"].scores - 0.25)[:, None] * step["rollouts"].response_mask
+    step, p_hat = steps[0], torch.as_tensor(estimates[0], dtype=steps[0]["rollouts"].scores.dtype)
+    assert len(p_hat) == len(step["rollouts"].scores)  # one rollout a prompt
+    expected = (step["rollouts"].scores - p_hat)[:, None] * step["rollouts"].response_mask
     assert np.allclose(step["advantages"].numpy(), expected.numpy())
 
 

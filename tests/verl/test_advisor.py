@@ -18,7 +18,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from verl.trainer.ppo import ray_trainer
-from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.history.keys import prompt_key
 from bv_blend.history.priors import write_priors
@@ -29,7 +28,7 @@ from bv_blend.history.visits import (
     planned_steps,
     visits_per_prompt,
 )
-from bv_blend.verl import advisor, hooks
+from bv_blend.verl import advisor
 from bv_blend.verl.hooks import METRICS_KEY
 from tests.verl._helpers import compose_config, step_dataproto, step_rows
 
@@ -243,24 +242,8 @@ def test_the_legacy_trainer_warns_at_start_and_logs_the_metrics_every_step(caplo
     assert advisor.advise_trainer(trainer).visits.steps == trainer.total_training_steps == 500
 
 
-def test_the_v1_trainer_advises_at_its_first_advantage_step(caplog):
-    """verl's real PPOTrainerSync constructor passes the trainer-start check and has no training set yet (no
-    advice); once verl's init() has built it, the V1 advantage-step hook warns once and adds the advisor's metrics to
-    the step's metrics at every step (verl's own step is stubbed: it needs TransferQueue and workers)."""
-    config = compose_config([*PAPER, *PROMPT_AND_CLUSTER])
-    with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        trainer = trainer_sync.PPOTrainerSync(config)
-        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
-        trainer.train_dataset = range(PAPER_PROMPTS)  # what verl's init() -> _init_dataloader() sets
-        step = hooks._v1_compute_advantage(lambda self, batch, metrics: None)
-        for _ in range(2):
-            metrics: dict[str, float] = {}
-            step(trainer, SimpleNamespace(keys=[], partition_id="train"), metrics)
-            assert metrics["advisor/visits_per_prompt"] == pytest.approx(8000 / 45000)
-            assert metrics["advisor/prompt_history_row_share"] == 0.0
-    warnings = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
-    assert len(warnings) == 1
-    assert "BV-Blend (algorithm.bv_blend.history_level=prompt_and_cluster)" in warnings[0].getMessage()
+# the V1 trainer's advice at its first advantage step runs verl's real step on a real TransferQueue:
+# tests/verl/test_v1_advantage_step.py::test_v1_trainer_advises_at_its_first_advantage_step
 
 
 # ------------------------------------------------------------------------------- the recommended config (issue 37)

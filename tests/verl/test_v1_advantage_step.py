@@ -406,3 +406,69 @@ def test_dynamic_sampling_logs_groups_and_the_comparison_counts_their_rollouts(t
     logged = pd.DataFrame({"timing_s/step": [30.0], **logged}, index=pd.Index([1], name="step"))  # a run's step 1
     result = {"spec": {"n": n, "batch": 1}, **run_logs.filter_groups_of(logged)}
     assert run_logs.generated_rollouts(result, [0, 1]).tolist() == [0.0, n * 1 + n * (3 + 1)]
+
+
+def test_v1_trainer_advises_at_its_first_advantage_step(transfer_queue, caplog):
+    """verl's real PPOTrainerSync constructor passes the trainer-start check and has no training set yet (no
+    advice); once verl's init() has built it, verl's real advantage step (our hook around it) warns once, at the
+    first step, and adds the advisor's metrics to the step's metrics at every step, beside the estimator's."""
+    import logging
+
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from bv_blend.verl import advisor
+    from tests.verl.test_advisor import PAPER, PAPER_PROMPTS, PROMPT_AND_CLUSTER
+
+    config = compose_config([*PAPER, *PROMPT_AND_CLUSTER])
+    with caplog.at_level(logging.DEBUG, logger=advisor.__name__):
+        trainer = PPOTrainerSync(config)
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+        trainer.train_dataset = range(PAPER_PROMPTS)  # what verl's init() -> _init_dataloader() sets
+        for step in range(2):
+            batch = _put_old_log_probs(_put_rows(step_rows(step), partition_id=f"advice{step}"), f"advice{step}")
+            metrics: dict[str, float] = {}
+            trainer._compute_advantage(batch, metrics)
+            assert metrics["advisor/visits_per_prompt"] == pytest.approx(16 * 500 / PAPER_PROMPTS)
+            assert metrics["advisor/prompt_history_row_share"] == 0.0
+            assert "bv_blend/effective_signal_ratio" in metrics
+    warnings = [r for r in caplog.records if r.name == advisor.__name__ and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "BV-Blend (algorithm.bv_blend.history_level=prompt_and_cluster)" in warnings[0].getMessage()
+
+
+def test_the_replay_buffer_checks_the_engines_once_per_new_failed_group(transfer_queue, monkeypatch):
+    """The CPU platform's engine-death check (instruments/cpu/rollout_patches.py) on verl's real ReplayBuffer and a
+    real TransferQueue: the engines are asked on each new failed prompt group only, and a dead engine raises in the
+    trainer's process. The engines' state is the one stand-in (``_dead_engines``): the fault injected, since vLLM's
+    engine processes are not started here."""
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    from instruments.cpu import rollout_patches
+
+    monkeypatch.setattr(
+        replay_buffer.ReplayBuffer, "_sync_metadata_from_transfer_queue",
+        replay_buffer.ReplayBuffer._sync_metadata_from_transfer_queue,
+    )  # fmt: skip  (undone after the test: verl's own method again for the other tests)
+    rollout_patches._patch_replay_buffer(replay_buffer)
+    rollout_patches._patch_replay_buffer(replay_buffer)  # idempotent: not wrapped twice
+
+    def mark(key: str, status: str) -> None:  # as verl's trainer tags a prompt group, tag only
+        tq.kv_batch_put(keys=[key], partition_id="engine_check",
+                        tags=[{"is_prompt": True, "status": status, "global_steps": 1}])  # fmt: skip
+
+    checks: list[int] = []
+    deaths: list[str] = []
+    monkeypatch.setattr(rollout_patches, "_dead_engines", lambda: checks.append(1) or list(deaths))
+    buffer = replay_buffer.ReplayBuffer("sync", {}, None, "drop", {})
+    mark("engine_u1", "running")
+    buffer._sync_metadata_from_transfer_queue()
+    assert checks == []  # nothing failed: the engines are not asked
+    mark("engine_u1", "failure")
+    buffer._sync_metadata_from_transfer_queue()
+    buffer._sync_metadata_from_transfer_queue()
+    assert "engine_u1" in buffer.failure_keys["engine_check"]  # verl's own buffer saw the failure
+    assert checks == [1]  # asked once for that group, and the engine lives: verl goes on as it would
+    mark("engine_u2", "failure")
+    deaths.append("vLLM rollout server of replica 0, node 0: its process EngineCore_DP0 was killed by SIGKILL")
+    with pytest.raises(rollout_patches.RolloutEngineDied, match="EngineCore_DP0 was killed by SIGKILL"):
+        buffer._sync_metadata_from_transfer_queue()
