@@ -19,6 +19,11 @@ RESPONSE_LEN = 6
 GROUP_SIZES = (4, 3, 1, 2, 4)
 GROUP_CLUSTERS = (0, 2, 1, 2, 0)
 K = 3
+# the paper's run: 16 prompts x 8 rollouts for 500 steps over OpenR1-Math's 45,000 prompts (0.18 visits a prompt)
+PAPER_PROMPTS = 45_000
+PAPER = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "trainer.total_training_steps=500",
+         "trainer.total_epochs=100"]  # fmt: skip
+PROMPT_AND_CLUSTER = ["algorithm.bv_blend.num_clusters=4", "algorithm.bv_blend.history_level=prompt_and_cluster"]
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:

@@ -30,13 +30,9 @@ from bv_blend.history.visits import (
 )
 from bv_blend.verl import advisor
 from bv_blend.verl.hooks import METRICS_KEY
-from tests.verl._helpers import compose_config, step_dataproto, step_rows
+from tests.verl._helpers import PAPER, PAPER_PROMPTS, PROMPT_AND_CLUSTER, compose_config, step_dataproto, step_rows
 
-PAPER_PROMPTS = 45_000
-PAPER = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "trainer.total_training_steps=500",
-         "trainer.total_epochs=100"]  # fmt: skip
 SPO = ["algorithm.adv_estimator=spo"]
-PROMPT_AND_CLUSTER = ["algorithm.bv_blend.num_clusters=4", "algorithm.bv_blend.history_level=prompt_and_cluster"]
 LOGGER = advisor.__name__
 
 

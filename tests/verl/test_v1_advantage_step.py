@@ -11,6 +11,7 @@ start-up takes ~30-70 s here.
 
 from __future__ import annotations
 
+import logging
 import random
 
 import numpy as np
@@ -19,8 +20,17 @@ import torch
 import transfer_queue as tq
 
 from bv_blend import BVBlendEstimator
-from bv_blend.verl import runtime
-from tests.verl._helpers import K, compose_config, minimal_trainer, padded, step_rows
+from bv_blend.verl import advisor, runtime
+from tests.verl._helpers import (
+    PAPER,
+    PAPER_PROMPTS,
+    PROMPT_AND_CLUSTER,
+    K,
+    compose_config,
+    minimal_trainer,
+    padded,
+    step_rows,
+)
 
 # one worker runs this module: its module fixture is costly, and pytest-xdist would build it again on every
 # worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
@@ -412,12 +422,7 @@ def test_v1_trainer_advises_at_its_first_advantage_step(transfer_queue, caplog):
     """verl's real PPOTrainerSync constructor passes the trainer-start check and has no training set yet (no
     advice); once verl's init() has built it, verl's real advantage step (our hook around it) warns once, at the
     first step, and adds the advisor's metrics to the step's metrics at every step, beside the estimator's."""
-    import logging
-
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-
-    from bv_blend.verl import advisor
-    from tests.verl.test_advisor import PAPER, PAPER_PROMPTS, PROMPT_AND_CLUSTER
 
     config = compose_config([*PAPER, *PROMPT_AND_CLUSTER])
     with caplog.at_level(logging.DEBUG, logger=advisor.__name__):
@@ -470,5 +475,6 @@ def test_the_replay_buffer_checks_the_engines_once_per_new_failed_group(transfer
     assert checks == [1]  # asked once for that group, and the engine lives: verl goes on as it would
     mark("engine_u2", "failure")
     deaths.append("vLLM rollout server of replica 0, node 0: its process EngineCore_DP0 was killed by SIGKILL")
-    with pytest.raises(rollout_patches.RolloutEngineDied, match="EngineCore_DP0 was killed by SIGKILL"):
+    cause = "vLLM engine died during generation"  # as the end-to-end run's error names it (test_cpu_engine_death)
+    with pytest.raises(rollout_patches.RolloutEngineDied, match=f"{cause}.*EngineCore_DP0 was killed by SIGKILL"):
         buffer._sync_metadata_from_transfer_queue()
