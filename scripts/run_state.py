@@ -2,10 +2,11 @@
 
 A comparison of verl's CPU harness spans sessions and machines; what it needs to resume, and all its reports read,
 is small: its shared preparation (``prepared/``: task, codebook and, for the tiny model, the warmed-up weights) and
-each finished run's ``result.json``. ``save`` copies those from the run folder into the repository (rollouts, logs
-and checkpoints stay out); ``restore`` copies them back, to where they were made (the preparation's record holds
-absolute paths), after which the comparison's own command skips the finished runs. SmolLM2's converted
-folder stays out too: the comparison converts it again where this machine lacks it.
+each finished run's ``result.json``, with verl's per-step metrics (``metrics.jsonl``: what the write-ups read
+beyond the result, such as a companion's own counters). ``save`` copies those from the run folder into the
+repository (rollouts, logs and checkpoints stay out); ``restore`` copies them back, to where they were made (the
+preparation's record holds absolute paths), after which the comparison's own command skips the finished runs.
+SmolLM2's converted folder stays out too: the comparison converts it again where this machine lacks it.
 
     python scripts/run_state.py save /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
     python scripts/run_state.py restore /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
@@ -21,17 +22,20 @@ import sys
 from pathlib import Path
 
 RESULT = "result.json"
+METRICS = "metrics.jsonl"
 PREPARED = "prepared"
 
 
 def state_files(root: Path) -> list[Path]:
-    """The state under ``root``, relative to it: every comparison's ``prepared/`` files and its runs' results."""
+    """The state under ``root``, relative to it: every comparison's ``prepared/`` files, and its finished runs' results
+    and metrics (an unfinished run's metrics stay: it resumes from its own folder)."""
     files = []
     for path in sorted(root.rglob("*")):
         if not path.is_file():
             continue
         rel = path.relative_to(root)
-        finished = path.name == RESULT and rel.parent.parent.name == "runs"
+        in_run = rel.parent.parent.name == "runs"
+        finished = in_run and (path.name == RESULT or (path.name == METRICS and (path.parent / RESULT).is_file()))
         if finished or PREPARED in rel.parts[:-1]:
             files.append(rel)
     return files

@@ -1,5 +1,6 @@
-"""scripts/run_state.py: a comparison's state (preparation and finished results) goes into the repository and back,
-nothing else (rollouts, logs, checkpoints, unfinished runs) does, and the .gitignore lets the pretrained-LM state in."""
+"""scripts/run_state.py: a comparison's state (preparation, finished runs' results and metrics) goes into the
+repository and back, nothing else (rollouts, logs, checkpoints, unfinished runs) does, and the .gitignore lets the
+pretrained-LM state in."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def _comparison(root: Path) -> None:
     for rel, text in {
         "lr_1e-05/prepared/prepared.json": "{}", "lr_1e-05/prepared/task/val.parquet": "v",
         "lr_1e-05/runs/grpo_n8_seed100/result.json": "{}", "lr_1e-05/runs/grpo_n8_seed100/verl.log": "log",
+        "lr_1e-05/runs/grpo_n8_seed100/metrics.jsonl": "finished",
         "lr_1e-05/runs/grpo_n8_seed100/rollouts/1.jsonl": "r",
         "lr_1e-05/runs/grpo_n8_seed101/metrics.jsonl": "unfinished",
         "lr_1e-05/runs/grpo_n8_seed101/checkpoints/global_step_5/x.pt": "ckpt",
@@ -23,14 +25,14 @@ def _comparison(root: Path) -> None:
         (root / rel).write_text(text)
 
 
-def test_save_keeps_the_preparation_and_finished_results_only_and_restore_brings_them_back(tmp_path):
+def test_save_keeps_the_preparation_and_finished_runs_only_and_restore_brings_them_back(tmp_path):
     script = load_script("run_state")
     runs, state, again = tmp_path / "runs_out", tmp_path / "state", tmp_path / "restored"
     _comparison(runs)
     assert script.main(["save", str(runs), str(state)]) == 0
     saved = sorted(str(p.relative_to(state)) for p in state.rglob("*") if p.is_file())
     assert saved == ["lr_1e-05/prepared/prepared.json", "lr_1e-05/prepared/task/val.parquet",
-                     "lr_1e-05/runs/grpo_n8_seed100/result.json"]
+                     "lr_1e-05/runs/grpo_n8_seed100/metrics.jsonl", "lr_1e-05/runs/grpo_n8_seed100/result.json"]
     assert script.main(["restore", str(again), str(state)]) == 0
     assert sorted(str(p.relative_to(again)) for p in again.rglob("*") if p.is_file()) == saved
     assert script.main(["save", str(tmp_path / "missing"), str(state)]) == 2
