@@ -1,0 +1,75 @@
+"""What each arm's mechanism did, read from verl's per-step metrics of a comparison's finished runs.
+
+A held-out pass rate says which arm learned; it does not say why. verl logs, for every arm, the policy-gradient
+loss and the score of the step's rollouts; each estimator of this package logs its own counters (HA-DW's anchor and
+weights, MaxNorm-AC's scales, NTF's kept share of the negative tokens, BV-Blend's signal and weight). This module
+averages them over a run's training steps, then over the arm's seeds, from the ``metrics.jsonl`` that
+``scripts/run_state.py`` keeps beside each finished run's ``result.json``. A run whose metrics were lost (they were
+kept only from 2026-12-05 on) counts in "runs" and not in "with metrics".
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+
+from instruments.demo import report
+from instruments.demo.compare import arm_label
+
+RESULT, METRICS = "result.json", "metrics.jsonl"
+# verl's own, logged for every arm: the update's loss and gradient norm, the rollouts' mean score and length (the
+# clip fraction is left out: one on-policy update a step, bypass mode, never clips)
+VERL_COLUMNS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean")
+# the estimators' own counters (bv_blend/companions/*.py, bv_blend/blend/estimator.py); NTF's sit in the actor's
+OWN_PREFIXES = ("bv_blend/", "ha_dw/", "maxnorm/", "actor/ntf/")
+
+
+def is_own_counter(name: str) -> bool:
+    return name.startswith(OWN_PREFIXES)
+
+
+def run_means(metrics_path: Path) -> pd.Series:
+    """One run's mean over its training steps of verl's columns and the estimator's own counters."""
+    train = report.training_steps(report.read_metrics(metrics_path))
+    columns = [c for c in train.columns if c in VERL_COLUMNS or is_own_counter(c)]
+    return train[columns].mean()
+
+
+def arm_means(runs_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Per arm (its label, in the order the runs' folders sort): the mean over its seeds of :func:`run_means`, with
+    ``with metrics`` (how many of its runs kept their metrics); and per arm, how many finished runs it has."""
+    if not runs_dir.is_dir():
+        raise FileNotFoundError(f"{runs_dir} is not a folder: give a comparison's runs/ folder (its --out/runs, or "
+                                "its state in docs/regime/*_runs/<comparison>/runs)")
+    means: dict[str, list[pd.Series]] = defaultdict(list)
+    finished: dict[str, int] = defaultdict(int)
+    for run_dir in sorted(p for p in runs_dir.iterdir() if (p / RESULT).is_file()):
+        spec = json.loads((run_dir / RESULT).read_text())["spec"]
+        label = arm_label(spec["arm"], spec["n"], spec["batch"])
+        finished[label] += 1
+        if (run_dir / METRICS).is_file():
+            means[label].append(run_means(run_dir / METRICS))
+    table = pd.DataFrame({label: pd.concat(runs, axis=1).mean(axis=1) for label, runs in means.items()}).T
+    table.insert(0, "with metrics", [len(means[label]) for label in table.index])
+    return table, dict(finished)
+
+
+def markdown(runs_dir: Path) -> str:
+    """Two tables: verl's columns for every arm, then each estimator's own counters for the arms that log them."""
+    table, finished = arm_means(runs_dir)
+    if table.empty:
+        return f"No finished run in {runs_dir} kept its metrics.\n"
+    lines = ["| arm | runs | with metrics | " + " | ".join(c for c in VERL_COLUMNS if c in table) + " |"]
+    lines.append("|---" * (3 + sum(c in table for c in VERL_COLUMNS)) + "|")
+    for label, row in table.iterrows():
+        cells = [f"{row[c]:+.3f}" if c == "actor/pg_loss" else f"{row[c]:.3f}" for c in VERL_COLUMNS if c in row]
+        lines.append(f"| {label} | {finished[label]} | {int(row['with metrics'])} | " + " | ".join(cells) + " |")
+    lines += ["", "| arm | its own counters (mean over steps, then seeds) |", "|---|---|"]
+    for label, row in table.iterrows():
+        own = [f"`{c}` {row[c]:.3f}" for c in table.columns if is_own_counter(c) and pd.notna(row[c])]
+        if own:
+            lines.append(f"| {label} | " + ", ".join(own) + " |")
+    return "\n".join(lines) + "\n"
