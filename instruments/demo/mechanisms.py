@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from instruments.demo import report
-from instruments.demo.compare import arm_label
+from instruments.demo.compare import ARMS, arm_label
 
 RESULT, METRICS = "result.json", "metrics.jsonl"
 # verl's own, logged for every arm: the update's loss and gradient norm, the rollouts' mean score and length (the
@@ -39,15 +39,17 @@ def run_means(metrics_path: Path) -> pd.Series:
 
 
 def arm_means(runs_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Per arm (its label, in the order the runs' folders sort): the mean over its seeds of :func:`run_means`, with
-    ``with metrics`` (how many of its runs kept their metrics); and per arm, how many finished runs it has."""
+    """Per arm (its label; in ARMS' order, then by n, largest first): the mean over its seeds of :func:`run_means`,
+    with ``with metrics`` (how many of its runs kept their metrics); and per arm, how many finished runs it has."""
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"{runs_dir} is not a folder: give a comparison's runs/ folder (its --out/runs, or "
                                 "its state in docs/regime/*_runs/<comparison>/runs)")
     means: dict[str, list[pd.Series]] = defaultdict(list)
     finished: dict[str, int] = defaultdict(int)
-    for run_dir in sorted(p for p in runs_dir.iterdir() if (p / RESULT).is_file()):
-        spec = json.loads((run_dir / RESULT).read_text())["spec"]
+    specs = {p: json.loads((p / RESULT).read_text())["spec"] for p in runs_dir.iterdir() if (p / RESULT).is_file()}
+    order = list(ARMS)
+    for run_dir, spec in sorted(specs.items(), key=lambda item: (order.index(item[1]["arm"]), -item[1]["n"],
+                                                                  item[1]["seed"])):
         label = arm_label(spec["arm"], spec["n"], spec["batch"])
         finished[label] += 1
         if (run_dir / METRICS).is_file():

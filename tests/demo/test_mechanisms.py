@@ -43,6 +43,8 @@ def test_means_over_steps_then_seeds_count_runs_without_metrics_and_keep_counter
     table, finished = mechanisms.arm_means(runs)
 
     ha_dw, grpo = "ha_dw n=8 (8 prompts)", "grpo n=8 (8 prompts)"
+    assert list(table.index) == [grpo, ha_dw]  # ARMS' order, not the folders'
+
     assert finished == {ha_dw: 2, grpo: 2}
     assert table.at[ha_dw, "with metrics"] == 2 and table.at[grpo, "with metrics"] == 1
     assert table.at[ha_dw, "actor/pg_loss"] == pytest.approx((0.2 + 0.5) / 2)
