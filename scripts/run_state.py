@@ -2,11 +2,12 @@
 
 A comparison of verl's CPU harness spans sessions and machines; what it needs to resume, and all its reports read,
 is small: its shared preparation (``prepared/``: task, codebook and, for the tiny model, the warmed-up weights) and
-each finished run's ``result.json``, with verl's per-step metrics (``metrics.jsonl``: what the write-ups read
-beyond the result, such as a companion's own counters). ``save`` copies those from the run folder into the
-repository (rollouts, logs and checkpoints stay out); ``restore`` copies them back, to where they were made (the
-preparation's record holds absolute paths), after which the comparison's own command skips the finished runs.
-SmolLM2's converted folder stays out too: the comparison converts it again where this machine lacks it.
+each finished run's ``result.json``, with verl's per-step metrics (``metrics.jsonl``, and a resumed run's earlier
+attempts' ``metrics.part<i>.jsonl``: what the write-ups read beyond the result, such as a companion's own
+counters). ``save`` copies those from the run folder into the repository (rollouts, logs and checkpoints stay out);
+``restore`` copies them back, to where they were made (the preparation's record holds absolute paths), after which
+the comparison's own command skips the finished runs. SmolLM2's converted folder stays out too: the comparison
+converts it again where this machine lacks it.
 
     python scripts/run_state.py save /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
     python scripts/run_state.py restore /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
@@ -35,7 +36,8 @@ def state_files(root: Path) -> list[Path]:
             continue
         rel = path.relative_to(root)
         in_run = rel.parent.parent.name == "runs"
-        finished = in_run and (path.name == RESULT or (path.name == METRICS and (path.parent / RESULT).is_file()))
+        metrics = path.name == METRICS or (path.name.startswith("metrics.part") and path.suffix == ".jsonl")
+        finished = in_run and (path.name == RESULT or (metrics and (path.parent / RESULT).is_file()))
         if finished or PREPARED in rel.parts[:-1]:
             files.append(rel)
     return files

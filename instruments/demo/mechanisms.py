@@ -31,9 +31,10 @@ def is_own_counter(name: str) -> bool:
     return name.startswith(OWN_PREFIXES)
 
 
-def run_means(metrics_path: Path) -> pd.Series:
-    """One run's mean over its training steps of verl's columns and the estimator's own counters."""
-    train = report.training_steps(report.read_metrics(metrics_path))
+def run_means(run_dir: Path) -> pd.Series:
+    """One run's mean over its training steps (a resumed run's attempts read as one) of verl's columns and the
+    estimator's own counters."""
+    train = report.training_steps(report.read_run_metrics(run_dir))
     columns = [c for c in train.columns if c in VERL_COLUMNS or is_own_counter(c)]
     return train[columns].mean()
 
@@ -53,7 +54,7 @@ def arm_means(runs_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         label = arm_label(spec["arm"], spec["n"], spec["batch"])
         finished[label] += 1
         if (run_dir / METRICS).is_file():
-            means[label].append(run_means(run_dir / METRICS))
+            means[label].append(run_means(run_dir))
     table = pd.DataFrame({label: pd.concat(runs, axis=1).mean(axis=1) for label, runs in means.items()}).T
     table.insert(0, "with metrics", [len(means[label]) for label in table.index])
     return table, dict(finished)

@@ -16,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMITTED_RUNS = ROOT / "docs/regime/pretrained_lm_runs/comparison/runs"
 
 
-def _run(runs: Path, name: str, arm: str, pg_losses: list[float] | None, own: dict[str, list[float]]) -> None:
+def _run(runs: Path, name: str, arm: str, pg_losses: list[float] | None, own: dict[str, list[float]],
+         resumed_after: int | None = None) -> None:
     """A finished run folder as compare.py leaves it: its result, and verl's file-logger lines (step 0 is the
-    validation before training, without a step time)."""
+    validation before training, without a step time); a resumed run's first attempt keeps its steps up to
+    ``resumed_after`` in ``metrics.part1.jsonl`` (instruments/demo/resume.py)."""
     folder = runs / name
     folder.mkdir(parents=True)
     (folder / "result.json").write_text(json.dumps({"spec": {"arm": arm, "n": 8, "batch": 8, "seed": 0}}))
@@ -29,13 +31,17 @@ def _run(runs: Path, name: str, arm: str, pg_losses: list[float] | None, own: di
         data = {"timing_s/step": 30.0, "actor/pg_loss": loss, "critic/score/mean": 0.5, "actor/lr": 2e-5}
         data.update({name: values[step - 1] for name, values in own.items()})
         lines.append({"step": step, "data": data})
+    if resumed_after is not None:
+        first, lines = lines[: resumed_after + 1], lines[resumed_after + 1 :]
+        (folder / "metrics.part1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in first))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def test_means_over_steps_then_seeds_count_runs_without_metrics_and_keep_counters_to_their_arm(tmp_path):
+    """Seed 1 of HA-DW was resumed after its step 1: both attempts' steps count."""
     runs = tmp_path / "runs"
     _run(runs, "ha_dw_n8_seed0", "ha_dw", [0.1, 0.3], {"ha_dw/phi_mean": [1.0, 2.0]})
-    _run(runs, "ha_dw_n8_seed1", "ha_dw", [0.5, 0.5], {"ha_dw/phi_mean": [1.0, 1.0]})
+    _run(runs, "ha_dw_n8_seed1", "ha_dw", [0.4, 0.6], {"ha_dw/phi_mean": [0.5, 1.5]}, resumed_after=1)
     _run(runs, "grpo_n8_seed0", "grpo", [0.0, 0.2], {})
     _run(runs, "grpo_n8_seed1", "grpo", None, {})  # its metrics lost with an earlier machine
     (runs / "grpo_n8_seed2").mkdir()  # unfinished: no result, not counted

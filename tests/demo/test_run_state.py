@@ -17,6 +17,7 @@ def _comparison(root: Path) -> None:
         "lr_1e-05/prepared/prepared.json": "{}", "lr_1e-05/prepared/task/val.parquet": "v",
         "lr_1e-05/runs/grpo_n8_seed100/result.json": "{}", "lr_1e-05/runs/grpo_n8_seed100/verl.log": "log",
         "lr_1e-05/runs/grpo_n8_seed100/metrics.jsonl": "finished",
+        "lr_1e-05/runs/grpo_n8_seed100/metrics.part1.jsonl": "its first attempt, resumed",
         "lr_1e-05/runs/grpo_n8_seed100/rollouts/1.jsonl": "r",
         "lr_1e-05/runs/grpo_n8_seed101/metrics.jsonl": "unfinished",
         "lr_1e-05/runs/grpo_n8_seed101/checkpoints/global_step_5/x.pt": "ckpt",
@@ -32,7 +33,8 @@ def test_save_keeps_the_preparation_and_finished_runs_only_and_restore_brings_th
     assert script.main(["save", str(runs), str(state)]) == 0
     saved = sorted(str(p.relative_to(state)) for p in state.rglob("*") if p.is_file())
     assert saved == ["lr_1e-05/prepared/prepared.json", "lr_1e-05/prepared/task/val.parquet",
-                     "lr_1e-05/runs/grpo_n8_seed100/metrics.jsonl", "lr_1e-05/runs/grpo_n8_seed100/result.json"]
+                     "lr_1e-05/runs/grpo_n8_seed100/metrics.jsonl", "lr_1e-05/runs/grpo_n8_seed100/metrics.part1.jsonl",
+                     "lr_1e-05/runs/grpo_n8_seed100/result.json"]
     assert script.main(["restore", str(again), str(state)]) == 0
     assert sorted(str(p.relative_to(again)) for p in again.rglob("*") if p.is_file()) == saved
     assert script.main(["save", str(tmp_path / "missing"), str(state)]) == 2
