@@ -23,24 +23,24 @@ import sys
 from pathlib import Path
 
 RESULT = "result.json"
-METRICS = "metrics.jsonl"
 PREPARED = "prepared"
 
 
 def state_files(root: Path) -> list[Path]:
     """The state under ``root``, relative to it: every comparison's ``prepared/`` files, and its finished runs' results
     and metrics (an unfinished run's metrics stay: it resumes from its own folder)."""
+    from instruments.demo.resume import metrics_files
+
     files = []
     for path in sorted(root.rglob("*")):
         if not path.is_file():
             continue
         rel = path.relative_to(root)
-        in_run = rel.parent.parent.name == "runs"
-        metrics = path.name == METRICS or (path.name.startswith("metrics.part") and path.suffix == ".jsonl")
-        finished = in_run and (path.name == RESULT or (metrics and (path.parent / RESULT).is_file()))
-        if finished or PREPARED in rel.parts[:-1]:
+        if path.name == RESULT and rel.parent.parent.name == "runs":
+            files += [rel, *(m.relative_to(root) for m in metrics_files(path.parent) if m.is_file())]
+        elif PREPARED in rel.parts[:-1]:
             files.append(rel)
-    return files
+    return sorted(files)
 
 
 def copy_state(source: Path, target: Path) -> list[Path]:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from instruments.demo import report
-from instruments.demo.compare import ARMS, arm_label
+from instruments.demo.compare import ARMS, RESULT_FILE, arm_label
+from instruments.demo.resume import METRICS
 
-RESULT, METRICS = "result.json", "metrics.jsonl"
 # verl's own, logged for every arm: the update's loss and gradient norm, the rollouts' mean score and length (the
 # clip fraction is left out: one on-policy update a step, bypass mode, never clips)
 VERL_COLUMNS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean")
@@ -47,7 +47,8 @@ def arm_means(runs_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
                                 "its state in docs/regime/*_runs/<comparison>/runs)")
     means: dict[str, list[pd.Series]] = defaultdict(list)
     finished: dict[str, int] = defaultdict(int)
-    specs = {p: json.loads((p / RESULT).read_text())["spec"] for p in runs_dir.iterdir() if (p / RESULT).is_file()}
+    specs = {p: json.loads((p / RESULT_FILE).read_text())["spec"] for p in runs_dir.iterdir()
+             if (p / RESULT_FILE).is_file()}
     order = list(ARMS)
     for run_dir, spec in sorted(specs.items(), key=lambda item: (order.index(item[1]["arm"]), -item[1]["n"],
                                                                   item[1]["seed"])):
