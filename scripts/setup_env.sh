@@ -7,10 +7,6 @@ cd "$(dirname "$0")/.."
 VENV=${BV_BLEND_VENV:-.venv}
 PY=${PYTHON:-python3}
 
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "[setup] creating $VENV"
-  "$PY" -m venv "$VENV"
-fi
 stamp="$VENV/.bv_blend_setup_$(cat pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
@@ -19,19 +15,43 @@ fi
 # run of the launcher started from this venv meanwhile fails to import, one already running may fail at its next
 # start-up. So it waits until no such run is live (the launcher marks each run's processes: instruments/cpu/launch.py;
 # its trainer's command line starts with this venv's python).
-venv_python="$(cd "$VENV" && pwd)/bin/python"
 live=""
-for environ in $(grep -las "BV_BLEND_CPU_RUN_ID=" /proc/[0-9]*/environ || true); do
-  proc=${environ%/environ}
-  if tr '\0' ' ' < "$proc/cmdline" 2>/dev/null | grep -q "^$venv_python "; then live="$live ${proc#/proc/}"; fi
-done
+if [ -d "$VENV" ]; then
+  venv_python="$(cd "$VENV" && pwd)/bin/python"
+  for environ in $(grep -las "BV_BLEND_CPU_RUN_ID=" /proc/[0-9]*/environ || true); do
+    proc=${environ%/environ}
+    if tr '\0' ' ' < "$proc/cmdline" 2>/dev/null | grep -q "^$venv_python "; then live="$live ${proc#/proc/}"; fi
+  done
+fi
 if [ -n "$live" ] && [ "${BV_BLEND_SETUP_FORCE:-0}" != "1" ]; then
   echo "[setup] $VENV must be set up again (pyproject.toml or this script changed), but verl runs started from it are" \
        "live (processes$live); reinstalling under them would break them. Wait for them to end or stop them, then" \
        "run this again; BV_BLEND_SETUP_FORCE=1 reinstalls anyway." >&2
   exit 1
 fi
-pip_install() { "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+# A full disk filled CI's fresh venv halfway (2026-12-05): pip's "No space left on device" scrolled past and the set-up
+# failed later, at an import. So the space is checked first, before anything is written: a fresh venv takes 4.8 GiB
+# (CPU torch, verl, vLLM) and pip unpacks wheels in TMPDIR; a refresh of an existing venv needs far less.
+need_gib=${BV_BLEND_SETUP_MIN_FREE_GIB:-$([ -x "$VENV/bin/python" ] && echo 2 || echo 6)}
+for place in "$(dirname "$VENV")" "${TMPDIR:-/tmp}"; do
+  free_gib=$(df -Pk "$place" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }')
+  if awk -v free="$free_gib" -v need="$need_gib" 'BEGIN { exit !(free < need) }'; then
+    echo "[setup] $place has $free_gib GiB free; setting $VENV up needs about $need_gib GiB there (a fresh venv takes" \
+         "4.8 GiB, and pip unpacks wheels in TMPDIR). Nothing was installed. Free space on that disk, or point" \
+         "BV_BLEND_VENV (the venv) or TMPDIR (pip's scratch) at one with room; BV_BLEND_SETUP_MIN_FREE_GIB=0 skips" \
+         "this check." >&2
+    exit 1
+  fi
+done
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+# pip's own failure stops the set-up, with pip's message last on screen (the filter drops one harmless warning).
+pip_install() {
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 | { grep -v "^WARNING: Location" || true; } \
+    || { echo "[setup] pip could not install $*; see its messages above" >&2; exit 1; }
+}
 echo "[setup] installing dependencies into $VENV (a few minutes on a fresh machine)"
 pip_install -U pip
 # The CPU wheel of torch first: installed later, a bare "torch" requirement would pull a multi-GB CUDA build.
