@@ -38,6 +38,11 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def run_set_up(checkout: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(checkout / "scripts" / "setup_env.sh")], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120)  # fmt: skip
+
+
 def run_with_marked_process(checkout: Path, argv0: Path, env: dict[str, str] | None = None):
     """The set-up, while a process carrying a run's marker runs with ``argv0`` as its command (a trainer started
     from that python: ``exec -a`` gives the real interpreter that name)."""
@@ -45,8 +50,7 @@ def run_with_marked_process(checkout: Path, argv0: Path, env: dict[str, str] | N
     trainer = subprocess.Popen(["bash", "-c", f'exec -a "{argv0}" "{sys.executable}" -c "import time; time.sleep(60)"'],
                                env=marked_env)  # fmt: skip
     try:
-        return subprocess.run(["bash", str(checkout / "scripts" / "setup_env.sh")], capture_output=True, text=True,
-                              env={**os.environ, **(env or {})}, timeout=120)  # fmt: skip
+        return run_set_up(checkout, env)
     finally:
         trainer.kill()
         trainer.wait()
@@ -66,11 +70,6 @@ def test_a_run_of_another_venv_or_a_forced_set_up_goes_ahead(checkout, tmp_path_
     done = run_with_marked_process(checkout, argv0, {"BV_BLEND_SETUP_FORCE": "1"} if case == "forced" else None)
     assert "installing dependencies" in done.stdout and "stub python" in done.stdout + done.stderr  # past the check
     assert "are live" not in done.stderr
-
-
-def run_set_up(checkout: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(checkout / "scripts" / "setup_env.sh")], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)  # fmt: skip
 
 
 @pytest.mark.parametrize("venv", ["existing", "new"])
