@@ -73,6 +73,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="also write the no-revisit regime's summary (DIR/verl_cpu.json, instruments/regime.py)")
     p.add_argument("--report", action="store_true",
                    help="run nothing: write the results of the runs finished so far, marked as partial")
+    p.add_argument("--runs-only", action="store_true",
+                   help="run the pending runs and write no report (for a frozen worktree, which stays clean: the "
+                        "same command with --report, from the main checkout, writes it)")
     p.add_argument("--model", default=TINY,
                    help="tiny (built here and warmed up, the default), smollm2 (SmolLM2-135M-Instruct, offline) or a "
                         "local HF causal LM folder; a pretrained model's regime summary is pretrained_lm.json")
@@ -83,6 +86,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="a pretrained model's compute dtype, one for every run (auto: bf16 with AMX, else fp32; "
                    "bf16 needs AVX-512-BF16)")
     a = p.parse_args(argv)
+    if a.report and a.runs_only:
+        p.error("--report runs nothing and --runs-only reports nothing: give one of them")
     try:
         fixed_settings(a)
     except ValueError as e:
@@ -175,6 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     if failed:
         sys.exit(f"[compare] {len(failed)} run(s) failed: {', '.join(failed)}. Their logs say why; run the same "
                  "command again to retry them (finished runs are kept). No results were written.")
+    if a.runs_only:
+        print(f"[compare] {len(a.specs)} runs finished in {a.out}; no report written (--runs-only): the same command "
+              "with --report instead writes it", flush=True)
+        return
     write_report(a, argv, s, a.specs, time.time() - started if todo else None)
 
 

@@ -290,6 +290,24 @@ def test_the_script_starts_no_run_the_machine_cannot_hold(tmp_path, monkeypatch)
     assert ran == [second.name]
 
 
+def test_runs_only_runs_the_pending_runs_and_writes_no_report(tmp_path, monkeypatch):
+    """A frozen worktree's runner stays clean: --runs-only runs what is pending and leaves --docs untouched;
+    --report beside it is refused (one runs nothing, the other reports nothing)."""
+    script = load_script("compare_cpu")
+    docs = tmp_path / "bench.md"
+    argv = ["--out", str(tmp_path / "out"), "--arms", "grpo:4", "spo:1", "--seeds", "0", "--docs", str(docs)]
+    ran, reported = [], []
+    monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
+    monkeypatch.setattr(compare, "run_one", lambda s, prepared, out, spec, key, on_step: ran.append(spec.name))
+    monkeypatch.setattr(script, "write_report", lambda *a, **k: reported.append(a))
+    script.main([*argv, "--runs-only"])
+    assert ran == ["grpo_n4_seed0", "spo_n1_seed0"] and reported == [] and not docs.exists()
+    with pytest.raises(SystemExit):
+        script.parse_args([*argv, "--runs-only", "--report"])
+    script.main(argv)
+    assert len(reported) == 1
+
+
 def test_a_run_verl_finished_whose_reading_failed_is_read_again_not_resumed(setup, monkeypatch):
     """verl exited 0 and the reader raised (a model's U+2028 in a dump, before bv_blend.core.jsonl): the rerun reads
     the folder as it is. Resuming from its last checkpoint would have trained a step past the run's end."""
