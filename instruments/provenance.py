@@ -1,5 +1,5 @@
 """Which code and which committed files a measurement ran from: what a result records, and what a settings file a
-comparison reads must be (docs/regime.md: a rule or a setting is committed before the runs that read it)."""
+comparison reads must be (results/regime.md: a rule or a setting is committed before the runs that read it)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def committed_file(path: Path) -> str:
     has_commits = _git_ok("rev-parse", "--verify", "-q", "HEAD", cwd=path.parent)
     commit = _git("log", "-1", "--format=%h", "--", path.name, cwd=path.parent) if tracked and has_commits else ""
     if not commit:
-        raise ValueError(f"{path} is not committed: commit it before the runs that read it (docs/regime.md)")
+        raise ValueError(f"{path} is not committed: commit it before the runs that read it (results/regime.md)")
     changed = _git("status", "--porcelain", "--", path.name, cwd=path.parent)
     if changed:
         raise ValueError(f"{path} differs from its commit {commit}: commit the change before the runs that read it, "

@@ -3,7 +3,7 @@
 Each instrument (the pretrained LM and the tiny model on verl's CPU trainer, the token lab, the logistic lab) runs
 these arms in its own way and writes one JSON summary (``write_summary``) of what the rule (instruments/rule.py)
 reads: per arm the paired final difference to GRPO n = 8 with its 95% t-interval, the verdict and the per-seed
-finals. ``scripts/regime_report.py`` reads every summary and applies the rule (``recommend``; docs/regime.md).
+finals. ``scripts/regime_report.py`` reads every summary and applies the rule (``recommend``; results/regime.md).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def arm_summary(curves: Any, x: Any, reference: Any, x_reference: Any,
 def generated_arm_summary(curves: Any, x_by_seed: Any, reference: Any, x_reference: Any) -> ArmSummary:
     """An arm that generates more rollouts than its batch (verl's dynamic sampling), read at the reference's final
     rollouts: each seed's curve is placed on its own cumulative generated rollouts ``x_by_seed`` (seeds, points) and
-    read there, linearly between validations (docs/regime.md, the pretrained-LM comparison). Its reach is read on
+    read there, linearly between validations (results/regime.md, the pretrained-LM comparison). Its reach is read on
     the seeds' mean rollouts (it judges nothing)."""
     import numpy as np
 

@@ -1,6 +1,6 @@
-"""The one rule that judges every arm in every instrument, and recommends a setting (docs/regime.md).
+"""The one rule that judges every arm in every instrument, and recommends a setting (results/regime.md).
 
-Revised on 2026-12-03 (issue 37, "The revised rule" in docs/regime.md), before any run of the pretrained-LM
+Revised on 2026-12-03 (issue 37, "The revised rule" in results/regime.md), before any run of the pretrained-LM
 comparison; its first version (issue 29) is commit ``59fdb98`` with ``MIN_SEEDS`` from ``ef4381d``. Only the
 instruments' own statistics (instruments.stats) feed it:
 
@@ -121,7 +121,7 @@ def headroom(limit: Interval, baseline: Interval) -> float:
 
 def best_package_arm(differences: Mapping[str, Interval], package_arms: frozenset[str]) -> str:
     """The arm of the package (BV-Blend, SPO) with the largest mean paired difference to the reference in one
-    instrument: the third arm of the learning-rate check (docs/regime.md, addendum)."""
+    instrument: the third arm of the learning-rate check (results/regime.md, addendum)."""
     candidates = [arm for arm in differences if arm in package_arms]
     if not candidates:
         raise ValueError(f"none of {sorted(differences)} is one of the package's arms {sorted(package_arms)}")

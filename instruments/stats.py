@@ -3,7 +3,7 @@ intervals.
 
 Seeds pair the arms: seed s of every arm sees the same prompt order and the same evaluation draws. **Every interval
 that judges (a final value, a paired difference, a band) is the Student t-interval over seeds** (``t_interval``),
-one kind in every report (issue 37, docs/regime.md "The revised rule"). Until 2026-12-03 they were percentile
+one kind in every report (issue 37, results/regime.md "The revised rule"). Until 2026-12-03 they were percentile
 bootstraps over seeds; at 5 seeds a percentile bootstrap covers the mean about 0.85 of the time (0.92 at 10) where
 it should 0.95 (it is about the range of the seeds' values), while the t-interval's coverage holds at 5 and 10 seeds
 for the paired differences these instruments produce (``tests/test_rule_coverage.py`` shows both). The

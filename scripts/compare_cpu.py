@@ -1,6 +1,6 @@
 """Named arms (an estimator, its overrides, a group size: instruments/demo/compare.py, ARMS) on verl's stock trainer
 on CPU: several seeds, the same rollout budget for every arm, validated on held-out prompts, every arm paired by
-seed with a reference arm; writes tables and a plot into docs/benchmarks.md (docs/benchmarks.md says more).
+seed with a reference arm; writes tables and a plot into results/benchmarks.md (results/benchmarks.md says more).
 
 Runs unattended for hours and resumes: run the same command again after an interruption, and the finished runs
 are skipped (an unfinished one resumes from its last checkpoint, saved at every validation step). Ctrl-C or
@@ -11,9 +11,9 @@ a run is not started where the machine has less available than the comparison's 
     python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
     python scripts/compare_cpu.py --seeds 0 --arms grpo:4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
 
-The no-revisit regime (issue 29; docs/benchmarks.md, "No-revisit regime", has its command): --task wide
+The no-revisit regime (issue 29; results/benchmarks.md, "No-revisit regime", has its command): --task wide
 --distinct-train (1,920 different problems, read once by every arm), its arms (instruments/demo/no_revisit.py), the
-offline priors made once when an arm reads them, and --regime-summary docs/regime (the rule's verl_cpu.json).
+offline priors made once when an arm reads them, and --regime-summary results/regime (the rule's verl_cpu.json).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from instruments.demo.task import TASKS
 from instruments.machine import describe_cpu
 from instruments.provenance import committed_file
 
-DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (docs/benchmarks.md)
+DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (results/benchmarks.md)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -58,7 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
     p.add_argument("--lr", type=float, default=None, help=f"the actor's learning rate (default {DemoSettings.lr:g})")
     p.add_argument("--settings", type=Path, default=None, metavar="FILE",
-                   help="lr and steps from this committed file (docs/regime/pretrained_lm_settings.json, written by "
+                   help="lr and steps from this committed file (results/regime/pretrained_lm_settings.json, written by "
                         "scripts/pretrained_settings.py): refused if uncommitted, changed, or beside --lr/--steps; "
                         "the report names its commit")
     p.add_argument("--warmup-steps", type=int, default=DemoSettings.warmup_steps)
@@ -66,7 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="the task's families (instruments/demo/task.py; wide: enough for a pool never drawn twice)")
     p.add_argument("--distinct-train", action="store_true",
                    help="the training rows are --train-prompts different problems (no prompt twice in the pool)")
-    p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"), help="markdown file the results go in")
+    p.add_argument("--docs", type=Path, default=Path("results/benchmarks.md"), help="markdown file the results go in")
     p.add_argument("--section", default=compare_report.SECTION,
                    help="the markers in --docs the results go between (<!-- SECTION:begin/end -->) and the plot's name")
     p.add_argument("--regime-summary", type=Path, default=None, metavar="DIR",

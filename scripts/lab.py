@@ -1,10 +1,10 @@
 """The estimator lab: simulated RLVR runs of every estimator on the same random numbers; writes DIR/lab.md and plots.
 
     python scripts/lab.py --suite quick --out /tmp/lab      # a few minutes on 2 cores
-    python scripts/lab.py --suite full --out docs/lab       # up to about 30 minutes
-    python scripts/lab.py --suite regime --out docs/lab --jobs 1   # no prompt drawn twice (docs/lab/regime.md)
+    python scripts/lab.py --suite full --out results/lab       # up to about 30 minutes
+    python scripts/lab.py --suite regime --out results/lab --jobs 1   # no prompt drawn twice (results/lab/regime.md)
 
-See docs/lab.md for the environment, the metrics and the full suite's results.
+See results/lab.md for the environment, the metrics and the full suite's results.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=None, help="override the suite's number of seeds (>= 2)")
     parser.add_argument("--steps", type=int, default=None, help="override the suite's steps per run")
     parser.add_argument("--summary-dir", type=Path, default=None,
-                        help="--suite regime: where logistic_lab.json goes (default docs/regime)")
+                        help="--suite regime: where logistic_lab.json goes (default results/regime)")
     parser.add_argument(
         "--rerender", action="store_true", help="rewrite DIR/lab.md and plots from DIR/results.pkl (no runs)"
     )
@@ -127,7 +127,7 @@ def regime_main(args: argparse.Namespace, argv: list[str] | None) -> int:
     command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])])
     summary = build_summary(suite, command, describe_machine())
     written = regime.write_summary(summary, args.summary_dir or regime.SUMMARY_DIR)
-    rule_commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", "docs/regime.md"], capture_output=True,
+    rule_commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", "results/regime.md"], capture_output=True,
                                  text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
     path = write_report(summary, suite, args.out, (time.perf_counter() - start) / 60, rule_commit)
     print(f"[lab] wrote {written} and {path} in {(time.perf_counter() - start) / 60:.1f} min")

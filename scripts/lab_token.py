@@ -1,15 +1,15 @@
 """The token-level lab: the demo's tiny Qwen2 trained with RL, one arm per estimator, through verl's estimators.
 
     python scripts/lab_token.py --suite quick --out /tmp/lab_token            # a few minutes on 2 cores
-    python scripts/lab_token.py --suite full --out runs/lab_token --jobs 2    # within 2 hours; docs/lab_token.md
+    python scripts/lab_token.py --suite full --out runs/lab_token --jobs 2    # within 2 hours; results/token_lab/lab_token.md
     python scripts/lab_token.py --suite full --out runs/lab_token --lr-sweep  # + lr x0.5 and x2 (ref and best)
     python scripts/lab_token.py --suite full --out runs/lab_token --report-only
     python scripts/lab_token.py --suite select --out runs/lab_token_select    # the lr/step selection (done once)
     python scripts/lab_token.py --suite regime --out runs/regime_token --jobs 2 --lr-sweep regime
-                                  # no prompt drawn twice (issue 29): ~50 min; docs/regime/token_lab.md and .json
+                                  # no prompt drawn twice (issue 29): ~50 min; results/token_lab/token_lab.md and .json
 
 A stopped suite resumes: rerun the same command (finished runs are kept; a folder made with other settings is
-refused). The logic lives in instruments/lab/token; docs/lab_token.md explains the lab and holds the full suite's
+refused). The logic lives in instruments/lab/token; results/token_lab/lab_token.md explains the lab and holds the full suite's
 report.
 """
 
@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from DIR; run nothing")
     parser.add_argument("--report", type=Path, default=None,
-                        help="report path (default: docs/lab_token.md for full, DIR/lab_token.md otherwise)")
+                        help="report path (default: results/token_lab/lab_token.md for full, DIR/lab_token.md otherwise)")
     parser.add_argument("--lr-sweep", nargs="?", const="best", default=None, metavar="ARM",
                         help="after the comparison, also run the reference and ARM (default: the arm that comes out "
                              "best; the regime suite: 'regime', REINFORCE++ n=1 and the package's best arm by "
@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from instruments.lab.token.arms import ARMS
 
     if args.suite == "regime" and args.lr_sweep not in (None, "regime"):
-        parser.error(f"--lr-sweep {args.lr_sweep}: the regime suite's check is 'regime' (docs/regime.md)")
+        parser.error(f"--lr-sweep {args.lr_sweep}: the regime suite's check is 'regime' (results/regime.md)")
     if args.suite != "regime" and args.lr_sweep not in (None, "best") and args.lr_sweep not in ARMS:
         parser.error(f"--lr-sweep {args.lr_sweep}: not an arm key ({', '.join(ARMS)}), or 'best'")
     if args.report_only:

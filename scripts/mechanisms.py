@@ -1,9 +1,9 @@
 """What each arm's mechanism did in a comparison: verl's loss, gradient norm, score and response length, and each
 estimator's own counters, averaged over the finished runs' steps and seeds (instruments/demo/mechanisms.py).
 
-    python scripts/mechanisms.py docs/regime/pretrained_lm_runs/comparison/runs
-    python scripts/mechanisms.py docs/regime/pretrained_lm_runs/comparison/runs \\
-        --docs docs/benchmarks.md --section compare_pretrained_lm_mechanisms
+    python scripts/mechanisms.py results/regime/pretrained_lm_runs/comparison/runs
+    python scripts/mechanisms.py results/regime/pretrained_lm_runs/comparison/runs \\
+        --docs results/benchmarks.md --section compare_pretrained_lm_mechanisms
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, help="a comparison's runs/ folder (or its state's in docs/regime)")
+    parser.add_argument("runs", type=Path, help="a comparison's runs/ folder (or its state's in results/regime)")
     parser.add_argument("--docs", type=Path, default=None, help="write the tables between --section's markers here")
     parser.add_argument("--section", default="compare_pretrained_lm_mechanisms", help="the markers' name in --docs")
     args = parser.parse_args(argv)

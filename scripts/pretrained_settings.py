@@ -1,6 +1,6 @@
-"""Fixes the pretrained-LM comparison's learning rate and step count on GRPO n=8 alone (docs/regime.md, "The
+"""Fixes the pretrained-LM comparison's learning rate and step count on GRPO n=8 alone (results/regime.md, "The
 pretrained-LM comparison"), by the committed selection rules (instruments/lab/token/selection.py), before any
-other arm runs; writes docs/regime/pretrained_lm_settings.json.
+other arm runs; writes results/regime/pretrained_lm_settings.json.
 
     python scripts/pretrained_settings.py --out /work/runs/pretrained_sweep            # run (resumes), then choose
     python scripts/pretrained_settings.py --out /work/runs/pretrained_sweep --choose   # choose from what finished

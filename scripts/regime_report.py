@@ -1,9 +1,9 @@
-"""The no-revisit regime's recommendation: read each instrument's summary (docs/regime/<instrument>.json, written by
+"""The no-revisit regime's recommendation: read each instrument's summary (results/regime/<instrument>.json, written by
 scripts/lab_token.py --suite regime, scripts/lab.py --suite regime and scripts/compare_cpu.py's regime commands, on
-the tiny model and on the pretrained LM) and apply the one rule (instruments/rule.py, docs/regime.md) to all of them;
-writes docs/regime/recommendation.md.
+the tiny model and on the pretrained LM) and apply the one rule (instruments/rule.py, results/regime.md) to all of them;
+writes results/regime/recommendation.md.
 
-    python scripts/regime_report.py                      # every summary found in docs/regime/
+    python scripts/regime_report.py                      # every summary found in results/regime/
     python scripts/regime_report.py --out /tmp/rec.md    # somewhere else
 """
 
@@ -13,14 +13,14 @@ import argparse
 import sys
 from pathlib import Path
 
-REVISED_RULE_COMMIT = "9befa39"  # the revised rule's commit (docs/regime.md, "The revised rule")
+REVISED_RULE_COMMIT = "9befa39"  # the revised rule's commit (results/regime.md, "The revised rule")
 # The instruments whose regime runs were made, and first judged, before the revised rule.
 READ_AFTER_THE_FACT = frozenset({"token_lab", "logistic_lab", "verl_cpu"})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--summaries", type=Path, default=None, help="folder of the summaries (default docs/regime)")
+    parser.add_argument("--summaries", type=Path, default=None, help="folder of the summaries (default results/regime)")
     parser.add_argument("--out", type=Path, default=None, help="the report (default <summaries>/recommendation.md)")
     args = parser.parse_args(argv)
     from instruments import regime
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.summaries or regime.SUMMARY_DIR
     found = regime.read_summaries(folder)
     if not found:
-        print(f"[regime] no summary in {folder}: run an instrument's regime suite first (docs/regime.md)",
+        print(f"[regime] no summary in {folder}: run an instrument's regime suite first (results/regime.md)",
               file=sys.stderr)
         return 2
     out = args.out or folder / "recommendation.md"
@@ -50,7 +50,7 @@ def recommendation_lines(found: dict) -> list[str]:
              f"Made by `python scripts/regime_report.py` from the summaries in this folder; the rule is "
              f"instruments/rule.py as revised in `{REVISED_RULE_COMMIT}` (issue 37: t-intervals, a pick only where "
              "the leader is resolved ahead of the other qualified arms, else the simplest of the tied set; "
-             "docs/regime.md, \"The revised rule\"). Each cell: the paired difference of the final held-out pass "
+             "results/regime.md, \"The revised rule\"). Each cell: the paired difference of the final held-out pass "
              "rate to GRPO n=8 with its 95% t-interval, and the verdict; priors arms with their offline rollouts "
              "counted.", ""]
     before = [name for name in names if name in READ_AFTER_THE_FACT]

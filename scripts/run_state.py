@@ -9,8 +9,8 @@ counters). ``save`` copies those from the run folder into the repository (rollou
 the comparison's own command skips the finished runs. SmolLM2's converted folder stays out too: the comparison
 converts it again where this machine lacks it.
 
-    python scripts/run_state.py save /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
-    python scripts/run_state.py restore /work/runs/pretrained_sweep docs/regime/pretrained_lm_runs/sweep
+    python scripts/run_state.py save /work/runs/pretrained_sweep results/regime/pretrained_lm_runs/sweep
+    python scripts/run_state.py restore /work/runs/pretrained_sweep results/regime/pretrained_lm_runs/sweep
 
 A folder holding several comparisons (the settings sweep: one per learning rate) is saved whole.
 """

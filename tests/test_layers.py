@@ -29,7 +29,7 @@ VERL_FREE_BELOW = LAYERS["verl"]
 INSTRUMENT_LAYERS: dict[str, int] = {
     "stats": 0, "machine": 0, "provenance": 0,      # statistics over seeds; the machine; the commits run
     "allocation": 0,                                # the oracle (Knapsack) allocation of the regime's limits
-    "rule": 1,                                      # the one rule that judges every arm (docs/regime.md)
+    "rule": 1,                                      # the one rule that judges every arm (results/regime.md)
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads
     "cpu": 1,                                       # verl's stock trainer on CPU (imports verl, never the glue)
     "demo": 3,                                      # the CPU main job and the comparison harness (its regime summary)

@@ -1,6 +1,6 @@
 """What the README and history.md tell a user to run quotes what was measured (the brief's "guidance that holds"):
 every paired difference their what-to-run text gives, a value with its 95% interval, is one that
-``scripts/regime_report.py`` printed into the generated docs/regime/recommendation.md, from the committed summaries
+``scripts/regime_report.py`` printed into the generated results/regime/recommendation.md, from the committed summaries
 (test_regime_report.py holds that file to them). A figure typed by hand, or left behind when a summary changed,
 fails here."""
 
@@ -40,17 +40,17 @@ def not_generated(guidance: str, recommendation: str) -> tuple[list[str], list[s
 
 @pytest.mark.parametrize("where", sorted(GUIDANCE))
 def test_every_difference_the_guidance_quotes_is_in_the_generated_recommendation(where: str) -> None:
-    recommendation = (ROOT / "docs/regime/recommendation.md").read_text()
+    recommendation = (ROOT / "results/regime/recommendation.md").read_text()
     quoted, typed = not_generated(between(*GUIDANCE[where]), recommendation)
     assert quoted, f"{where} quotes no measured difference: the pattern or the section moved"
     assert not typed, (
-        f"{where} quotes differences that docs/regime/recommendation.md does not hold: {typed}; copy them from it "
+        f"{where} quotes differences that results/regime/recommendation.md does not hold: {typed}; copy them from it "
         "(python scripts/regime_report.py writes it)"
     )
 
 
 def test_a_figure_that_is_not_generated_is_caught() -> None:
-    recommendation = (ROOT / "docs/regime/recommendation.md").read_text()
+    recommendation = (ROOT / "results/regime/recommendation.md").read_text()
     held = INTERVAL.findall(flat(recommendation))[0]  # a generated figure passes, wrapped across lines or not
     wrapped = held.replace(", ", ",\n  ")
     guidance = f"REINFORCE++ n = 1 is ahead by +0.999 [+0.998,\n  +0.999]; BV-Blend by {wrapped}."

@@ -75,7 +75,7 @@ def test_an_instrument_with_too_few_seeds_is_shown_and_not_judged(tmp_path):
 
 
 def test_the_committed_recommendation_is_what_the_committed_summaries_give(tmp_path):
-    """docs/regime/recommendation.md is derived, never edited: rebuilt from docs/regime/*.json it is the same text."""
+    """results/regime/recommendation.md is derived, never edited: rebuilt from results/regime/*.json it is the same text."""
     committed = SCRIPT.parents[1] / "docs" / "regime"
     assert _script().main(["--summaries", str(committed), "--out", str(tmp_path / "rebuilt.md")]) == 0
     assert (tmp_path / "rebuilt.md").read_text() == (committed / "recommendation.md").read_text()

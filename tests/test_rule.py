@@ -1,4 +1,4 @@
-"""instruments/rule.py: the one rule (docs/regime.md, as revised for issue 37), on hand-made intervals and finals."""
+"""instruments/rule.py: the one rule (results/regime.md, as revised for issue 37), on hand-made intervals and finals."""
 
 from __future__ import annotations
 

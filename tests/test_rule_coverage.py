@@ -1,4 +1,4 @@
-"""The rule's interval holds its coverage at the seed counts the instruments use (issue 37, docs/regime.md).
+"""The rule's interval holds its coverage at the seed counts the instruments use (issue 37, results/regime.md).
 
 Simulated paired differences of final held-out pass rates, with a known mean: each seed's difference is the
 difference of two pass rates over a held-out set (binomial noise, as the instruments measure them) plus a seed

@@ -101,7 +101,7 @@ class Advice:
             f"{visits.history_row_share:.2f} of the rows see their prompt's history (the advisor warns below "
             f"{WARN_BELOW}). The other rows are first visits, where the prompt's history has nothing to act on. "
             f"Settings that would act: {'; or '.join(self.fixes)}.{self._bound()} What was measured where prompts "
-            f"seldom come back, and what to run there: docs/regime/recommendation.md. This is a warning: the run goes "
+            f"seldom come back, and what to run there: results/regime/recommendation.md. This is a warning: the run goes "
             f"on."
         )
 

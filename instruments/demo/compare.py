@@ -1,6 +1,6 @@
 """The multi-seed comparison behind scripts/compare_cpu.py: named arms (a verl estimator, its overrides, a group size),
 several seeds, on verl's stock trainer on CPU, each run validated on the demo's held-out prompts; tables, a plot,
-docs/benchmarks.md (the tables, plot and doc section: instruments.demo.compare_report).
+results/benchmarks.md (the tables, plot and doc section: instruments.demo.compare_report).
 
 An arm is declared once, in :data:`ARMS` (its estimator and the hydra overrides on top of the demo's), and run at a
 group size n (``grpo:8``). Every arm of a comparison gets the same rollout budget per step (``rollouts_per_step`` =
@@ -85,7 +85,7 @@ ARMS: dict[str, Arm] = {
     # verl's own, no history: the rewards whitened over the batch, so at n = 1 the batch mean is the baseline (the
     # token lab's best arm; the NTF paper runs it this way)
     "reinforce_plus_plus": Arm("reinforce_plus_plus", (), "REINFORCE++ (verl's): the batch mean as baseline"),
-    # the no-revisit regime's arms with offline priors (docs/regime.md, addendum): the only history they can have
+    # the no-revisit regime's arms with offline priors (results/regime.md, addendum): the only history they can have
     "spo_priors": Arm("spo", SPO_PRIORS, "SPO, each prompt's tracker started from the offline priors"),
     "bv_blend_prompt_priors": Arm("bv_blend", PROMPT_LEVEL + BV_PRIORS,
                                   "BV-Blend at the prompt level, its prompts and clusters started from the offline "

@@ -1,4 +1,4 @@
-"""The tables, plot and docs/benchmarks.md section of a multi-seed comparison (instruments.demo.compare runs it): per
+"""The tables, plot and results/benchmarks.md section of a multi-seed comparison (instruments.demo.compare runs it): per
 arm, the held-out pass rate over validations, the gain, all-equal groups, max |A| and step times (mean and 95%
 t-interval over seeds); every arm paired by seed with a reference arm (difference of final pass rates, rollouts to
 reach the reference's final pass rate, lab's definition, instruments/stats.py).
@@ -28,7 +28,7 @@ from instruments.demo import pairing, report  # noqa: E402
 from instruments.demo.compare import ARMS, arm_label  # noqa: E402
 from instruments.demo.run_logs import SAMPLER_PREFIX, SIGNAL_FROM_SCORES, SPO_P_HAT, generated_rollouts  # noqa: E402
 
-SECTION = "compare_cpu"  # the markers of the current comparison's results in docs/benchmarks.md
+SECTION = "compare_cpu"  # the markers of the current comparison's results in results/benchmarks.md
 
 
 def markers(section: str = SECTION) -> tuple[str, str]:
@@ -264,7 +264,7 @@ def runs_machines(results: Sequence[dict], here: str) -> str:
 def results_markdown(results: Sequence[dict], command: str, cpu: str, png_name: str, wall_s: float | None,
                      settings: dict[str, str], date: str, missing: Sequence[str] = (),
                      reference: tuple[str, int] | None = ("grpo", 8), section: str = SECTION) -> str:
-    """The generated part of docs/benchmarks.md; ``missing`` names the runs of the grid not finished yet, and
+    """The generated part of results/benchmarks.md; ``missing`` names the runs of the grid not finished yet, and
     ``wall_s`` is this invocation's wall time (``None`` when it ran nothing); between ``section``'s markers."""
     partial = [] if not missing else [
         f"**Partial results: {len(results)} of {len(results) + len(missing)} runs.** Not run yet: "

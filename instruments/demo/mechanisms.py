@@ -44,7 +44,7 @@ def arm_means(runs_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     with ``with metrics`` (how many of its runs kept their metrics); and per arm, how many finished runs it has."""
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"{runs_dir} is not a folder: give a comparison's runs/ folder (its --out/runs, or "
-                                "its state in docs/regime/*_runs/<comparison>/runs)")
+                                "its state in results/regime/*_runs/<comparison>/runs)")
     means: dict[str, list[pd.Series]] = defaultdict(list)
     finished: dict[str, int] = defaultdict(int)
     specs = {p: json.loads((p / RESULT_FILE).read_text())["spec"] for p in runs_dir.iterdir()

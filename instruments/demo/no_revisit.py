@@ -1,10 +1,10 @@
-"""verl's CPU comparison in the no-revisit regime (issue 29; docs/regime.md; docs/benchmarks.md, "No-revisit regime").
+"""verl's CPU comparison in the no-revisit regime (issue 29; results/regime.md; results/benchmarks.md, "No-revisit regime").
 
 The regime's arms (instruments/regime.py) as the comparison's arms (instruments/demo/compare.py, ARMS) at their group
 sizes; the offline priors, made once in the comparison's shared preparation by the package's own path (``bv-blend
 priors`` on the CPU harness, as ``scripts/offline_priors.py --cpu`` runs it) and recorded with the rollouts they
 cost; and the summary of the finished runs that the rule reads (``InstrumentSummary`` "verl_cpu",
-docs/regime/verl_cpu.json). The pool is the ``wide`` task's 1,920 distinct problems (DemoSettings ``task="wide"``,
+results/regime/verl_cpu.json). The pool is the ``wide`` task's 1,920 distinct problems (DemoSettings ``task="wide"``,
 ``distinct_train=True``), read once by every arm, so no prompt comes back; each run's visits per prompt are counted
 in its rollout dump (``run_logs.visits_per_prompt``), not planned.
 """
@@ -47,7 +47,7 @@ REGIME_ARMS: dict[str, tuple[str, int]] = {
 }
 # The order of a seed's runs in the command: the reference first, then the arms the regime asks most about, so that an
 # interrupted seed has them (seeds are outermost; a partial comparison is read on its whole seeds only)
-# (the tiny model's full design, docs/benchmarks.md; the pretrained LM's design adds verl's dynamic sampling and the
+# (the tiny model's full design, results/benchmarks.md; the pretrained LM's design adds verl's dynamic sampling and the
 # companions: COMPANION_ARMS)
 RUN_ORDER = ("grpo8", "rpp1", "bv_cluster2", "spo1", "grpo2", "bv_cluster1", "bv_cluster8", "spo1_priors", "bv2_priors")
 COMPANION_ARMS = ("grpo8_dynamic", "ha_dw8", "maxnorm_rloo8", "rpp1_ntf")
@@ -57,7 +57,7 @@ NOT_ON_VERL = {
     "knapsack_grpo2": "not run on verl: not required of this instrument (the labs run it); verl's GRPO runs every "
                       "prompt of a batch at one group size (actor_rollout_ref.rollout.n)",
 }
-PRIORS_SAMPLES = 8  # SPO's offline_N (docs/regime.md, addendum)
+PRIORS_SAMPLES = 8  # SPO's offline_N (results/regime.md, addendum)
 PRIORS_FILE, PRIORS_RECORD = "priors.json", "priors_record.json"
 PRIORS_TIMEOUT_S = 3600.0  # 1,920 x 8 responses: ~15-20 min on the 2-core machine (docs/priors.md's 43-56 ms each)
 REVISITS_SOURCE = ("counted in each run's rollout dump (trainer.rollout_data_dir, rollouts/<step>.jsonl): a draw is "
@@ -206,7 +206,7 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
             if stale:
                 raise ValueError(f"{key}'s runs of seeds {stale} read another priors file than {priors['file']}")
         # the reading of benchmarks.md's differences table (pairing.py). A priors arm is placed after its priors: its
-        # curve starts at the priors' rollouts (docs/regime.md, addendum); its final, like the other instruments', is
+        # curve starts at the priors' rollouts (results/regime.md, addendum); its final, like the other instruments', is
         # the judged one (priors counted)
         paired = pairing.pair(by_arm[key], by_arm[regime.REFERENCE], seeds, steps)
         arms[key] = paired.reading(prior_rollouts if regime.ARMS[key].priors else None)

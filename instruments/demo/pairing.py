@@ -1,5 +1,5 @@
 """How verl's CPU comparison pairs an arm with the reference, by seed: the one reading that both of its reports make,
-the differences table and plot of docs/benchmarks.md (compare_report) and the regime summary the rule reads
+the differences table and plot of results/benchmarks.md (compare_report) and the regime summary the rule reads
 (no_revisit.summarize), so that the two cannot disagree on a number. Both pair on the seeds every arm has finished
 (:func:`common_seeds`): a partial comparison is read on its whole seeds only.
 

@@ -301,7 +301,7 @@ Run = tuple[str, str, int, tuple[str, ...]]  # a demo run: its label, estimator,
 
 
 def recommended_run() -> Run:
-    """The setting the README recommends, from the committed regime summaries and the rule (docs/regime/): its
+    """The setting the README recommends, from the committed regime summaries and the rule (results/regime/): its
     label, estimator, rollouts a prompt and overrides (``--recommended``)."""
     from instruments import regime
     from instruments.demo import compare

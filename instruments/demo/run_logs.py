@@ -98,7 +98,7 @@ def visits_per_prompt(rollout_dir: Path) -> dict[str, float]:
 
 
 # verl's dynamic sampling (algorithm.filter_groups) logs what it drew beyond the batch: kept with the result, so that
-# its arm is judged at the rollouts it generated (docs/regime.md, the pretrained-LM comparison)
+# its arm is judged at the rollouts it generated (results/regime.md, the pretrained-LM comparison)
 FILTER_GROUPS_PREFIX = "training/filter_groups/"
 
 

@@ -22,7 +22,7 @@ N(0, nu^2 / D)). The log-probability of a response is log P(R) + log P(m), and i
 The second term has mean zero and carries no information about the reward: it is the part of an LLM's
 d log pi(y) that concerns the response's particular tokens. It is what a baseline exists to tame (an advantage
 multiplies it, and it moves every prompt's logit at random through the shared theta); without it every sensible
-estimator pushes each prompt the right way, and under Adam they all learned alike (docs/lab.md, "Environment").
+estimator pushes each prompt the right way, and under Adam they all learned alike (results/lab.md, "Environment").
 
 Every random number of a run is drawn up front from the seed, in separate streams: the task (features,
 difficulties), the prompts of each step, the uniforms that decide each rollout (R = 1 iff U < p_j; the style by

@@ -8,7 +8,7 @@ Per run (``success`` is the expected success over all the task's prompts, exact,
 - max |A| and the 99.9th percentile of |A| over all rows of the run;
 - extreme: max |A| > EXTREME_ADVANTAGE (one row can take over an update); collapsed: final gain < -COLLAPSE_DROP.
 
-Bias against the true advantage (docs/lab.md, "Bias"): A*_i = R_i - p_j, the advantage of the policy-gradient
+Bias against the true advantage (results/lab.md, "Bias"): A*_i = R_i - p_j, the advantage of the policy-gradient
 theorem (p_j is known in the simulation). An estimator's overall scale is a step size, not a bias, so each
 estimator's advantages are first divided by one scale c = sum A A* / sum A*^2 (least squares over all its rows
 of all seeds); the bias in a difficulty bucket and outcome is then mean(A / c) - mean(A*).

@@ -1,9 +1,9 @@
-"""The logistic lab's no-revisit regime (issue 29; docs/regime.md, results in docs/lab/regime.md).
+"""The logistic lab's no-revisit regime (issue 29; results/regime.md, results in results/lab/regime.md).
 
 Users train on a dataset far larger than the run: no prompt is ever drawn twice. Here the lab's task (the same 16
 clusters, the same difficulty model and features, ``instruments.lab.env.Task``) is widened to a pool of
 ``steps x budget`` prompts (the arm with the most prompts a step, n = 1, takes 128 a step) plus a held-out split
-of the same clusters that no run draws. Everything else is the lab's frozen base (docs/lab.md, "Environment"):
+of the same clusters that no run draws. Everything else is the lab's frozen base (results/lab.md, "Environment"):
 Adam lr 0.005 with clip 1.0, 128 rollouts a step, 250 steps, 10 seeds.
 
 A run (:func:`run_regime`), per step t, with P = budget / n prompts a step:
@@ -52,7 +52,7 @@ BUDGET = BASE_ENV.rollouts_per_step  # 128 rollouts a step, every arm
 STEPS, SEEDS = 250, 10  # the full suite's frozen length and seeds
 POOL_PER_CLUSTER = 2000  # 16 x 2,000 = 32,000 = 250 steps x 128 prompts (n = 1): no prompt can come back
 HELD_OUT_PER_CLUSTER = 64  # 1,024 held-out prompts, as many as the lab's whole task had
-NMI_TARGET = 0.35  # the real codebook's NMI against source on real math problems (docs/regime.md)
+NMI_TARGET = 0.35  # the real codebook's NMI against source on real math problems (results/regime.md)
 # Share of prompts the noisy codebook puts in a random cluster: calibrate_share(range(10)) on the labels alone, before
 # any run (0.4442 to 4 digits; mean NMI 0.350 over seeds 0-9, 0.347-0.354 by seed; a test recomputes it).
 NOISY_SHARE = 0.444

@@ -1,4 +1,4 @@
-"""docs/lab/regime.md and its plot, from the regime suite's summary (``instruments.lab.regime_suite``) and runs."""
+"""results/lab/regime.md and its plot, from the regime suite's summary (``instruments.lab.regime_suite``) and runs."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ def write_report(summary: regime.InstrumentSummary, suite: SuiteRuns, out: Path,
         "# The logistic lab where no prompt comes back (issue 29)",
         "",
         f"Written by `{summary.command}` ({wall_minutes:.1f} min wall, {_ran(suite)}). "
-        f"Machine: {summary.machine}. The plan and the rule: [docs/regime.md](../regime.md) "
+        f"Machine: {summary.machine}. The plan and the rule: [results/regime.md](../regime.md) "
         f"(its last commit when this was written: `{rule_commit}`), [instruments/rule.py](../../instruments/rule.py); "
-        f"the summary the rule reads: [docs/regime/logistic_lab.json](../regime/logistic_lab.json). The lab: "
-        "[docs/lab.md](../lab.md), section 5.",
+        f"the summary the rule reads: [results/regime/logistic_lab.json](../regime/logistic_lab.json). The lab: "
+        "[results/lab.md](../lab.md), section 5.",
         "",
         "## Setting",
         "",

@@ -1,8 +1,8 @@
 """The regime suite (``scripts/lab.py --suite regime``): every arm of ``instruments.regime.ARMS`` on 10 paired seeds
 in the no-revisit regime (``instruments.lab.regime``), judged by ``instruments.rule`` alone; then the learning-rate
 check (x0.5, x2) for GRPO n = 8, REINFORCE++ n = 1 and the package's best arm (``rule.best_package_arm``, picked
-after the x1 runs and before any learning-rate run). Writes ``docs/regime/logistic_lab.json``
-(``instruments.regime.write_summary``); ``instruments.lab.regime_report`` writes docs/lab/regime.md from it.
+after the x1 runs and before any learning-rate run). Writes ``results/regime/logistic_lab.json``
+(``instruments.regime.write_summary``); ``instruments.lab.regime_report`` writes results/lab/regime.md from it.
 
 Every finished run is kept in the cache folder under a hash of its spec (``experiments.run_cached``), so the
 same command after an interruption runs only the rest.

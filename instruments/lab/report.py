@@ -214,7 +214,7 @@ def _bias_tables(summaries: dict[str, Summary]) -> list[str]:
         "### Bias against the true advantage, by difficulty",
         "",
         "Bias = mean(A / c) - mean(R - p) over the rows of a difficulty bucket (p = the prompt's success probability "
-        "when sampled), with c = sum A (R - p) / sum (R - p)^2 the estimator's least-squares scale (docs/lab.md, "
+        "when sampled), with c = sum A (R - p) / sum (R - p)^2 the estimator's least-squares scale (results/lab.md, "
         "'Bias'). Positive: the estimator pushes that outcome up more than the true advantage does.",
         "",
     ]

@@ -1,6 +1,6 @@
 """The lab's suites: which experiments ``scripts/lab.py --suite quick|full`` runs.
 
-The base setting is fixed from first principles, before any estimator was compared (docs/lab.md, "Environment"):
+The base setting is fixed from first principles, before any estimator was compared (results/lab.md, "Environment"):
 16 topic clusters of 64 prompts, difficulty in logits N(1.5, 2.5^2) with half its variance between clusters,
 16 prompts x 8 rollouts a step, Adam with verl's gradient clip 1.0. The learning rates put the oracle (the true
 advantage R - p) halfway from its initial success to 1 after about 250 steps, under each optimizer.

@@ -13,7 +13,7 @@ from instruments.demo import mechanisms
 from tests._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMITTED_RUNS = ROOT / "docs/regime/pretrained_lm_runs/comparison/runs"
+COMMITTED_RUNS = ROOT / "results/regime/pretrained_lm_runs/comparison/runs"
 
 
 def _run(runs: Path, name: str, arm: str, pg_losses: list[float] | None, own: dict[str, list[float]],

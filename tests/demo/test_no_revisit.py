@@ -24,7 +24,7 @@ from instruments.demo.verl_run import verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
-# the regime's command (docs/benchmarks.md, "No-revisit regime"), two seeds
+# the regime's command (results/benchmarks.md, "No-revisit regime"), two seeds
 COMMAND = ["--task", "wide", "--distinct-train", "--train-prompts", "1920", "--arms", *no_revisit.command_arms(),
            "--seeds", "0", "1", "--rollouts-per-step", "32", "--steps", "60", "--test-freq", "20",
            "--val-samples", "4", "--section", "compare_cpu_regime", "--regime-summary"]
@@ -100,7 +100,7 @@ def test_the_regime_arms_are_the_regimes_and_its_command_parses():
     for key in no_revisit.COMPANION_ARMS:  # each runs one of compare's arms at the regime arm's group size
         arm, n = no_revisit.REGIME_ARMS[key]
         assert arm in compare.ARMS and n == regime.ARMS[key].n
-    a = load_script("compare_cpu").parse_args([*COMMAND, "docs/regime"])
+    a = load_script("compare_cpu").parse_args([*COMMAND, "results/regime"])
     assert a.pool == 1920 and a.reference == ("grpo", 8) and (a.task, a.distinct_train) == ("wide", True)
     assert [s.name for s in a.specs[:9]] == [f"{arm}_n{n}_seed0" for arm, n in
                                              (no_revisit.REGIME_ARMS[k] for k in no_revisit.RUN_ORDER)]
@@ -368,12 +368,12 @@ def test_the_documented_command_is_the_regimes_and_parses():
     assert (a.steps, a.test_freq, a.val_samples, a.rollouts_per_step, a.pool) == (60, 20, 4, 32, 1920)
     assert a.warmup_steps == 3200  # the wide task's warm-up (instruments/lab/token/regime_warmup.json)
     assert (a.task, a.distinct_train, a.section, a.regime_summary) == ("wide", True, "compare_cpu_regime",
-                                                                        Path("docs/regime"))
+                                                                        Path("results/regime"))
     assert compare_report.markers(a.section)[0] in doc
 
 
 def test_the_reduced_run_is_the_full_designs_three_arms_on_its_preparation():
-    """docs/regime.md's reduction: three of the design's arms, the same seeds and settings, so the same preparation
+    """results/regime.md's reduction: three of the design's arms, the same seeds and settings, so the same preparation
     key (a resumed run on the committed preparation is refused if they ever part)."""
     import shlex
 

@@ -70,7 +70,7 @@ def test_a_user_folder_is_checked_before_anything_runs(tmp_path: Path) -> None:
 def test_the_regime_refuses_a_configuration_that_would_revisit() -> None:
     script = load_script("compare_cpu")
     base = ["--arms", "grpo:8", "reinforce_plus_plus:1", "--rollouts-per-step", "32", "--steps", "60",
-            "--regime-summary", "docs/regime"]
+            "--regime-summary", "results/regime"]
     assert script.parse_args([*base, "--task", "wide", "--distinct-train"]).pool == 60 * 32
     with pytest.raises(SystemExit):  # a pool that may repeat a problem
         script.parse_args([*base, "--task", "wide"])
@@ -86,12 +86,12 @@ def test_the_regime_refuses_a_configuration_that_would_revisit() -> None:
 def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -> None:
     label, estimator, n, overrides = pipeline.recommended_run()
     summaries = regime.read_summaries()
-    # the committed summaries; docs/regime/pretrained_lm_settings.json beside them is not one
+    # the committed summaries; results/regime/pretrained_lm_settings.json beside them is not one
     assert set(summaries) >= {"token_lab", "logistic_lab", "verl_cpu"}
     # the pick as the committed report (scripts/regime_report.py) printed it, not the function's steps again
     report = (regime.SUMMARY_DIR / "recommendation.md").read_text()
     picked = re.search(r"\*\*Recommendation: (.+?)\*\*|the rule recommends [^*]*\*\*(.+?)\*\*", report)
-    assert picked, "docs/regime/recommendation.md names no pick: run scripts/regime_report.py"
+    assert picked, "results/regime/recommendation.md names no pick: run scripts/regime_report.py"
     named = (picked.group(1) or picked.group(2)).removesuffix(" stays.")  # "GRPO n=8 stays." when nothing qualified
     key = next(k for k, arm in regime.ARMS.items() if arm.label == named)
     arm, size = no_revisit.REGIME_ARMS[key]

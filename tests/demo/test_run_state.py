@@ -41,7 +41,7 @@ def test_save_keeps_the_preparation_and_finished_runs_only_and_restore_brings_th
 
 
 def test_the_pretrained_lm_state_is_not_ignored_by_git():
-    for path in ("docs/regime/pretrained_lm_runs/sweep/lr_1e-05/runs/grpo_n8_seed100/result.json",
-                 "docs/regime/pretrained_lm_runs/comparison/runs/grpo_n8_seed0/result.json"):
+    for path in ("results/regime/pretrained_lm_runs/sweep/lr_1e-05/runs/grpo_n8_seed100/result.json",
+                 "results/regime/pretrained_lm_runs/comparison/runs/grpo_n8_seed0/result.json"):
         ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
         assert not ignored, f"{path} is ignored by .gitignore: the comparison's state could not be committed"

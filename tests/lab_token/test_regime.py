@@ -1,5 +1,5 @@
 """The token lab's no-revisit regime on tiny settings: every regime arm runs, no prompt is drawn twice, the clusters
-are the package's codebook of the pool, the priors are the package's file, the limits do what docs/regime.md says,
+are the package's codebook of the pool, the priors are the package's file, the limits do what results/regime.md says,
 and the summary for the rule is written and reads back.
 
 The tiny model never scores, so training rollouts get coin-flip scores (conftest.random_scores); what is tested is

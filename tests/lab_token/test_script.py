@@ -31,7 +31,7 @@ def test_the_full_suite_runs_on_the_frozen_settings():
     suite = suites.full()
     assert suite.lr == frozen["lr"] and suite.settings.steps == frozen["steps"]
     assert suite.seeds == tuple(range(10)) and not set(suite.seeds) & set(frozen["selection"]["seeds"])
-    assert frozen["selection"]["arm"] == "grpo8" and suite.report == "docs/lab_token.md"
+    assert frozen["selection"]["arm"] == "grpo8" and suite.report == "results/token_lab/lab_token.md"
 
 
 def test_a_missing_frozen_file_is_a_clear_error(tmp_path):

@@ -10,6 +10,6 @@ Read top-down: ``arms`` (what is compared, as data), ``pool`` (which prompts a s
 (the call into verl), ``run`` (one run), ``suites`` (quick, full, select), ``store`` and ``runner`` (result files,
 resume, worker processes), ``stats``, ``selection``, ``plots`` and ``report``; the no-revisit regime (issue 29):
 ``assets`` (the codebook's clusters of the pool, the offline priors) and ``regime`` (its summary and report).
-The face is scripts/lab_token.py; docs/lab_token.md is the full suite's report, docs/regime/token_lab.md the
+The face is scripts/lab_token.py; results/token_lab/lab_token.md is the full suite's report, results/token_lab/token_lab.md the
 regime's.
 """

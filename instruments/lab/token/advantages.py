@@ -67,5 +67,5 @@ class TokenAdvantages:
 
 def oracle_baseline(scores: torch.Tensor, response_mask: torch.Tensor, p: np.ndarray) -> torch.Tensor:
     """(B, R) advantages R - p^ on every response token: the no-revisit regime's baseline limit (p^ is the prompt's
-    success rate estimated from 8 responses that are not rollouts, not the true p; docs/regime.md, addendum)."""
+    success rate estimated from 8 responses that are not rollouts, not the true p; results/regime.md, addendum)."""
     return (scores.float() - torch.as_tensor(p, dtype=torch.float32))[:, None] * response_mask.float()

@@ -41,7 +41,7 @@ class TokenArm:
     # A derived arm: after the comparison's other runs, it takes the estimator and options of the best of these
     # arms (highest seed-mean final held-out pass rate; runner.resolve_derived), with its own n and sampler.
     best_of: tuple[str, ...] = ()
-    # A limit of the no-revisit regime (docs/regime.md, addendum): "baseline" (the advantage R - p^, p^ estimated
+    # A limit of the no-revisit regime (results/regime.md, addendum): "baseline" (the advantage R - p^, p^ estimated
     # from 8 extra samples) or "allocation" (the step's rollouts split by p^, Knapsack-style, then this estimator).
     oracle: str = ""
     priors: bool = False  # reads the suite's offline priors (SPO's offline_values, BV-Blend's prior_file)

@@ -1,5 +1,5 @@
 """What a no-revisit suite prepares once, before its runs, and every run reads: the codebook's clusters of the pool
-and the offline priors (docs/regime.md, addendum).
+and the offline priors (results/regime.md, addendum).
 
 - **Clusters**: what a user would have, the package's codebook (``bv_blend.codebook``: all-MiniLM-L6-v2 + K-means)
   fitted on the training pool's prompt text, as ``bv-blend codebook`` fits it on a training parquet. Saved as

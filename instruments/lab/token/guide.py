@@ -10,7 +10,7 @@ from instruments.lab.token.suites import LR_SWEEP_FACTORS, Suite, full, quick, s
 def guide(suite: Suite, frozen: dict | None) -> list[str]:
     lines = ["## How to run it", "",
              "    python scripts/lab_token.py --suite quick --out /tmp/lab_token             # smoke check",
-             "    python scripts/lab_token.py --suite full --out runs/lab_token --jobs 2     # docs/lab_token.md",
+             "    python scripts/lab_token.py --suite full --out runs/lab_token --jobs 2     # results/token_lab/lab_token.md",
              "    python scripts/lab_token.py --suite full --out runs/lab_token --lr-sweep   # + lr x0.5 and x2",
              "    python scripts/lab_token.py --suite full --out runs/lab_token --report-only",
              "",
@@ -34,7 +34,7 @@ def _suites(frozen: dict | None) -> list[str]:
              "| suite | arms | seeds | steps | held-out evaluation | runs | purpose |", "|---|---|---|---|---|---|---|"]
     purpose = {"select": "point 3: learning rate and step count, on GRPO n=8 alone (done once, below)",
                "quick": "smoke check (its own report's header gives the last command's measured wall time)",
-               "full": "the comparison (docs/lab_token.md)"}
+               "full": "the comparison (results/token_lab/lab_token.md)"}
     for name, s in rows:
         st = s.settings
         runs = len(s.arms) * len(s.seeds) * len(s.lrs)

@@ -1,5 +1,5 @@
 """The token lab's no-revisit regime (issue 29): its summary for the rule, the learning-rate check's arms, and its
-report (docs/regime/token_lab.md).
+report (results/token_lab/token_lab.md).
 
 Every number the rule reads comes from ``summary``: per arm the final held-out pass rate, the paired difference to
 GRPO n = 8 (an arm with priors: its priors' rollouts counted, instruments.regime.final_with_priors; and once more
@@ -139,7 +139,7 @@ def summary(results: SuiteResults, out: Path, command: str, machine: str) -> reg
 
 
 def report_lines(results: SuiteResults, found: regime.InstrumentSummary, path: Path) -> list[str]:
-    """The regime's tables and plots, for docs/regime/token_lab.md."""
+    """The regime's tables and plots, for results/token_lab/token_lab.md."""
     lines = [*priors_lines(results, found), "## Arms: the rule's reading (instruments/rule.py)", "",
              "Final held-out pass rate (seed mean, 95% t-interval); the paired difference to GRPO n=8 (arm minus "
              "reference, 95% t-interval over paired seeds, the revised rule's) and its verdict; rollouts to reach "
@@ -224,7 +224,7 @@ def priors_lines(results: SuiteResults, found: regime.InstrumentSummary) -> list
 
 
 def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
-    """The report at ``path`` (with its plot beside it) and the summary docs/regime/token_lab.json."""
+    """The report at ``path`` (with its plot beside it) and the summary results/regime/token_lab.json."""
     command = getattr(info, "command", "")
     machine = getattr(info, "machine", "")
     found = summary(results, out, command, machine)
@@ -237,7 +237,7 @@ def write(results: SuiteResults, info: object, out: Path, path: Path) -> Path:
         "# Token lab: the no-revisit regime (issue 29)", "",
         f"Last command: `{command}` ({getattr(info, 'date', '')}), "
         f"{getattr(info, 'wall_seconds', 0.0) / 60:.1f} min wall with {getattr(info, 'jobs', '?')} worker "
-        f"process(es). Machine: `{machine}`. Judged by the one rule of docs/regime.md (instruments/rule.py) as "
+        f"process(es). Machine: `{machine}`. Judged by the one rule of results/regime.md (instruments/rule.py) as "
         "revised in `9befa39`. The regime and the rule's first version (`59fdb98`, addendum `9f6e701`) were committed "
         "before any run of this regime; the revision came after its first run, so this is a reading after the fact.",
         "",

@@ -1,4 +1,4 @@
-"""The suite's report: markdown with plots; docs/lab_token.md for the full suite.
+"""The suite's report: markdown with plots; results/token_lab/lab_token.md for the full suite.
 
 It is written from the result files alone (``--report-only`` rewrites it without running anything), so a partial
 suite gives a partial report, marked as such, and a suite whose comparison has not run yet gives its settings,

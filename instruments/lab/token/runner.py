@@ -136,7 +136,7 @@ def final_values(runs: Sequence[RunRecord]) -> list[float]:
 
 def lr_sweep_keys(results: SuiteResults, choice: str) -> list[str]:
     """The reference and the arms the learning-rate check is for: ``choice`` is an arm key, "best" (the full
-    suite's rule: the fewest rollouts to reach) or "regime" (docs/regime.md: REINFORCE++ n=1 and the package's best
+    suite's rule: the fewest rollouts to reach) or "regime" (results/regime.md: REINFORCE++ n=1 and the package's best
     arm by instruments.rule.best_package_arm)."""
     if choice == "regime":
         from instruments.lab.token import regime

@@ -4,7 +4,7 @@
   at the longest run that fits the full suite's time budget; selection.py's rule, written before it ran, picks the
   learning rate and the step count, which go to frozen.json beside this file.
 - ``full``: every arm of arms.ARMS at the frozen learning rate and step count, seeds 0-9 paired by seed; its report
-  is docs/lab_token.md. ``--lr-sweep`` adds the three-point learning-rate check (x0.5, x1, x2) for the reference
+  is results/token_lab/lab_token.md. ``--lr-sweep`` adds the three-point learning-rate check (x0.5, x1, x2) for the reference
   and for the arm that comes out best.
 - ``quick``: the same arms, 3 seeds x 40 steps, fewer held-out samples: a smoke check of a few minutes.
 """
@@ -62,7 +62,7 @@ class Suite:
 
     @property
     def no_revisit(self) -> bool:
-        """The regime's suites promise that no prompt is drawn twice (docs/regime.md)."""
+        """The regime's suites promise that no prompt is drawn twice (results/regime.md)."""
         return self.catalog == "regime"
 
     def check(self) -> None:
@@ -102,7 +102,7 @@ def full(frozen: dict[str, Any] | None = None) -> Suite:
     # every 5 steps (the selection: 10): evaluations do not move a run's training (run.py), and the crossing of
     # the reference's final value is read between evaluations
     settings = LabSettings(steps=int(frozen["steps"]), eval_every=FULL_EVAL_EVERY)
-    return Suite("full", settings, tuple(ARMS), COMPARISON_SEEDS, (float(frozen["lr"]),), report="docs/lab_token.md")
+    return Suite("full", settings, tuple(ARMS), COMPARISON_SEEDS, (float(frozen["lr"]),), report="results/token_lab/lab_token.md")
 
 
 def quick(frozen: dict[str, Any] | None = None) -> Suite:
@@ -112,7 +112,7 @@ def quick(frozen: dict[str, Any] | None = None) -> Suite:
     return Suite("quick", settings, tuple(ARMS), (0, 1, 2), (float(frozen["lr"]),))
 
 
-# The no-revisit regime (issue 29, docs/regime.md): the frozen learning rate and steps; the widened task, a pool of
+# The no-revisit regime (issue 29, results/regime.md): the frozen learning rate and steps; the widened task, a pool of
 # 80 x 64 = 5,120 problems walked once, the codebook's clusters, held-out evaluations every 10 steps (the full
 # suite's 5 doubled the evaluations' cost, half of a run; evaluations do not move training, run.py).
 REGIME_POOL = 5120
@@ -134,7 +134,7 @@ def regime(frozen: dict[str, Any] | None = None) -> Suite:
     settings = LabSettings(steps=int(frozen["steps"]), eval_every=REGIME_EVAL_EVERY, pool_size=REGIME_POOL,
                            task="wide", clusters="codebook", warmup_steps=REGIME_WARMUP_STEPS)
     return Suite("regime", settings, tuple(REGIME_ARMS), COMPARISON_SEEDS, (float(frozen["lr"]),),
-                 report="docs/regime/token_lab.md", catalog="regime", lr_check_seeds=REGIME_LR_CHECK_SEEDS)
+                 report="results/token_lab/token_lab.md", catalog="regime", lr_check_seeds=REGIME_LR_CHECK_SEEDS)
 
 
 SUITES = {"quick": quick, "full": full, "select": select, "regime": regime}
