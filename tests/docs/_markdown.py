@@ -85,14 +85,23 @@ def broken_links(path: Path, text: str | None = None) -> list[str]:
     return broken
 
 
+# The same in prose, where only a file name with its extension is taken for a path.
+PROSE_PATH = re.compile(
+    r"(?<![\w./~$-])((?:bv_blend|instruments|scripts|configs|results|docs|tests|hydra_plugins)/(?:[\w.-]+/)*"
+    r"[\w-]+\.(?:py|md|yaml|yml|json|png|sh|toml|txt|npz|csv))(?![\w/-])"
+)
+
+
 def cited_paths(text: str) -> list[str]:
-    """The repository paths ``text`` cites in inline code (`scripts/demo.sh`, `bash scripts/test.sh`, ...)."""
+    """The repository paths ``text`` cites: in inline code (`scripts/demo.sh`, `bash scripts/test.sh`, ...), and
+    file names in prose (results/benchmarks.md); not in fenced blocks, whose commands may name what they write."""
     paths = []
     for _, code in INLINE_CODE.findall(FENCE.sub(" ", text)):
         for token in code.split():
             token = re.sub(r"[:,;)]+[\d,-]*$", "", token)  # `file.py:49`, `file.py,`
             if REPO_PATH.fullmatch(token):
                 paths.append(token)
+    paths += PROSE_PATH.findall(re.sub(r"\]\([^)]*\)", "]", without_code(text)))  # link targets: test_links
     return paths
 
 

