@@ -3,7 +3,7 @@
 Not part of the ``bv-blend`` wheel (pyproject.toml packages only ``bv_blend`` and ``hydra_plugins``): a pip user gets
 the plugin; a checkout also gets these.
 
-- :mod:`instruments.lab`: the logistic lab (simulated RLVR) and, in ``lab/token``, the token-level lab;
+- :mod:`instruments.lab`: the logistic lab (simulated RLVR);
 - :mod:`instruments.demo`: the CPU main job and the multi-seed comparison harness;
 - :mod:`instruments.cpu`: the CPU platform that runs verl's stock trainer without a GPU (the harness of the demo, the
   comparison and the end-to-end tests);

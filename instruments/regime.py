@@ -1,9 +1,9 @@
 """The no-revisit regime's arms, declared once for every instrument, and the summary each instrument writes.
 
-Each instrument (the pretrained LM and the tiny model on verl's CPU trainer, the token lab, the logistic lab) runs
-these arms in its own way and writes one JSON summary (``write_summary``) of what the rule (instruments/rule.py)
-reads: per arm the paired final difference to GRPO n = 8 with its 95% t-interval, the verdict and the per-seed
-finals. ``scripts/regime_report.py`` reads every summary and applies the rule (``recommend``; results/regime.md).
+Each instrument (the pretrained LM on verl's CPU trainer, the logistic lab) runs these arms in its own way and writes
+one JSON summary (``write_summary``) of what the rule (instruments/rule.py) reads: per arm the paired final difference
+to GRPO n = 8 with its 95% t-interval, the verdict and the per-seed finals. ``scripts/regime_report.py`` reads every
+summary and applies the rule (``recommend``; results/regime.md).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Any
 from instruments import rule, stats
 from instruments.stats import Interval
 
-SUMMARY_DIR = Path(__file__).resolve().parents[1] / "docs" / "regime"
+SUMMARY_DIR = Path(__file__).resolve().parents[1] / "results" / "regime"
 # The instruments whose summaries (SUMMARY_DIR/<name>.json) the rule reads; other files there (the pretrained LM's
 # settings, reports) are not summaries. The pretrained LM first: it breaks the rule's ties (rule.TIE_BREAKERS), and a
-# user's run is most like it.
-INSTRUMENTS = ("pretrained_lm", "token_lab", "logistic_lab", "verl_cpu")
+# user's run is most like it. Retired, their summaries kept with their run record and no longer read: the token lab
+# (results/token_lab/) and the tiny model on verl's CPU trainer (results/verl_cpu/).
+INSTRUMENTS = ("pretrained_lm", "logistic_lab")
 REFERENCE = "grpo8"
 
 
@@ -63,15 +64,14 @@ ARMS: dict[str, RegimeArm] = {arm.key: arm for arm in (
     RegimeArm("ha_dw8", "HA-DW n=8", 8, needs="package", in_labs=False),
     RegimeArm("maxnorm_rloo8", "MaxNorm-AC with RLOO n=8", 8, needs="package", in_labs=False),
     RegimeArm("rpp1_ntf", "REINFORCE++ n=1 + negative token filtering", 1, needs="package", in_labs=False),
-    RegimeArm("oracle_baseline1", "limit: baseline R - p, n=1 (p true in the logistic lab, an 8-sample estimate in "
-              "the token lab)", 1, limit=True),
+    RegimeArm("oracle_baseline1", "limit: baseline R - p, n=1 (p true in the logistic lab)", 1, limit=True),
     RegimeArm("knapsack_grpo2", "limit: allocation by p (Knapsack) + GRPO, 2 a prompt on average (p true in the "
-              "logistic lab, an 8-sample estimate in the token lab)", 2, limit=True),
+              "logistic lab)", 2, limit=True),
 )}
 LIMITS = frozenset(key for key, arm in ARMS.items() if arm.limit)
 PACKAGE = frozenset(key for key, arm in ARMS.items() if arm.package)
 SIMPLICITY = {key: NEEDS.index(arm.needs) for key, arm in ARMS.items()}
-IN_LABS = {key: arm for key, arm in ARMS.items() if arm.in_labs}  # what the token and logistic labs run
+IN_LABS = {key: arm for key, arm in ARMS.items() if arm.in_labs}  # what the logistic lab runs
 PRIORS_TWINS = {key: arm.twin for key, arm in ARMS.items() if arm.twin is not None}
 HEADROOM_BASE = "rpp1"
 
@@ -91,7 +91,7 @@ class ArmSummary:
 
 @dataclass
 class InstrumentSummary:
-    instrument: str  # "pretrained_lm", "token_lab", "logistic_lab" or "verl_cpu"
+    instrument: str  # one of INSTRUMENTS: "pretrained_lm" or "logistic_lab"
     command: str
     machine: str
     seeds: list[int]

@@ -11,12 +11,12 @@ instruments' own statistics (instruments.stats) feed it:
   holds zero;
 - **qualified**: an arm that can be run (no limit) and is ahead in at least one instrument and behind in none;
 - **the pick**: the qualified arms are ordered by their difference in the tie-breaking instrument (the first of
-  ``TIE_BREAKERS`` that was judged: the pretrained LM once measured, the most like a user's run; else the token
-  lab), then by their mean difference over the instruments. The leader is picked only if it is *resolved ahead* of
-  every other qualified arm there: the paired t-interval of leader minus that arm, over the seeds both ran, lies
-  above zero. Otherwise the qualified arms it is not resolved ahead of are **tied** with it, and the rule
-  recommends the **simplest** of the tied set (verl's stock estimators first: they need nothing from this
-  package; then the package's estimators without a codebook, with one, with offline priors) and says so;
+  ``TIE_BREAKERS`` that was judged: the pretrained LM, the most like a user's run; the token lab, the second, is
+  retired and no longer read), then by their mean difference over the instruments. The leader is picked only if it
+  is *resolved ahead* of every other qualified arm there: the paired t-interval of leader minus that arm, over the
+  seeds both ran, lies above zero. Otherwise the qualified arms it is not resolved ahead of are **tied** with it,
+  and the rule recommends the **simplest** of the tied set (verl's stock estimators first: they need nothing from
+  this package; then the package's estimators without a codebook, with one, with offline priors) and says so;
 - no arm qualifies: the reference stays the recommendation, and the docs say nothing beat it;
 - **the rollouts-to-reach ratio** (``stats.reach_interval``) is reported beside every verdict and judges nothing;
 - **priors** are paid in rollouts: an arm with offline priors is judged with the priors' rollouts counted in its
@@ -37,7 +37,7 @@ import numpy as np
 from instruments.stats import Interval, paired_difference
 
 AHEAD, BEHIND, LEVEL = "ahead", "behind", "level"
-TIE_BREAKERS = ("pretrained_lm", "token_lab")  # the first judged one separates the qualified arms
+TIE_BREAKERS = ("pretrained_lm",)  # the first judged one separates the qualified arms
 MIN_SEEDS = 5  # the fewest paired seeds an instrument is judged on
 
 

@@ -10,8 +10,7 @@ for the paired differences these instruments produce (``tests/test_rule_coverage
 rollouts-to-reach ratio, a ratio of curve crossings that judges nothing, keeps its paired percentile bootstrap
 (``bootstrap_seeds``, 2000 resamples, ``scipy.stats.bootstrap``; rliable's ``get_interval_estimates`` cannot run
 here: rliable 1.2 pins arch < 8, arch 7 fails to import under pandas 3, and arch 8 rejects the ``random_state``
-rliable passes it). The probability of improvement P(arm > reference) on final values is rliable's
-(``rliable.metrics.probability_of_improvement``, which needs no arch), with a bootstrap CI over runs.
+rliable passes it).
 
 **Rollouts to reach the reference.** The target is the reference's final held-out pass rate (the seed mean at its
 last evaluation). An arm's rollouts to reach it are read off its seed-mean curve over rollouts consumed (step x
@@ -117,21 +116,6 @@ def reach_interval(arm: np.ndarray, reference: np.ndarray, x_arm: np.ndarray, x_
 def paired_difference(values: np.ndarray, reference: np.ndarray) -> Interval:
     """Mean per-seed difference (rows paired by seed) and its 95% t-interval."""
     return t_interval(np.asarray(values, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
-
-
-def probability_of_improvement(values: np.ndarray, reference: np.ndarray) -> Interval:
-    """rliable's P(arm > reference) on final values (Mann-Whitney over runs), with a bootstrap CI over runs."""
-    from rliable import metrics
-
-    x, y = np.asarray(values, dtype=np.float64)[:, None], np.asarray(reference, dtype=np.float64)[:, None]
-    value = float(metrics.probability_of_improvement(x, y))
-    if len(x) < 2 or len(y) < 2:
-        return Interval(value, float("nan"), float("nan"))
-    with np.errstate(all="ignore"):
-        result = stats.bootstrap((x[:, 0], y[:, 0]), lambda a, b: metrics.probability_of_improvement(a[:, None],
-                                 b[:, None]), vectorized=False, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
-                                 method="percentile", rng=np.random.default_rng(0))
-    return Interval(value, float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
 def format_interval(interval: Interval | None, signed: bool = False, digits: int = 3) -> str:

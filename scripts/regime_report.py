@@ -1,7 +1,7 @@
 """The no-revisit regime's recommendation: read each instrument's summary (results/regime/<instrument>.json, written by
-scripts/lab_token.py --suite regime, scripts/lab.py --suite regime and scripts/compare_cpu.py's regime commands, on
-the tiny model and on the pretrained LM) and apply the one rule (instruments/rule.py, results/regime.md) to all of them;
-writes results/regime/recommendation.md.
+scripts/lab.py --suite regime and scripts/compare_cpu.py's regime command on the pretrained LM) and apply the one rule
+(instruments/rule.py, results/regime.md) to all of them; writes results/regime/recommendation.md. The retired
+instruments' summaries (the token lab's, the tiny model's on verl) stay with their run record and are not read.
 
     python scripts/regime_report.py                      # every summary found in results/regime/
     python scripts/regime_report.py --out /tmp/rec.md    # somewhere else
@@ -15,7 +15,7 @@ from pathlib import Path
 
 REVISED_RULE_COMMIT = "9befa39"  # the revised rule's commit (results/regime.md, "The revised rule")
 # The instruments whose regime runs were made, and first judged, before the revised rule.
-READ_AFTER_THE_FACT = frozenset({"token_lab", "logistic_lab", "verl_cpu"})
+READ_AFTER_THE_FACT = frozenset({"logistic_lab"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,11 +55,11 @@ def recommendation_lines(found: dict) -> list[str]:
              "counted.", ""]
     before = [name for name in names if name in READ_AFTER_THE_FACT]
     if before:
-        lines += [f"**Read after the fact**: {', '.join(before)} were designed, first run and first judged under "
-                  "the rule's first version (`59fdb98`, `rule.MIN_SEEDS` in `ef4381d`: percentile bootstrap "
-                  "intervals, the token lab's largest difference picks). This is their reading under the revised "
-                  "rule, made after their first results were known (the token lab's summary is a rerun of its "
-                  "design made after the revision).", ""]
+        lines += [f"**Read after the fact**: {', '.join(before)} "
+                  f"{'was' if len(before) == 1 else 'were'} designed, first run and first judged under the rule's "
+                  "first version (`59fdb98`, `rule.MIN_SEEDS` in `ef4381d`: percentile bootstrap intervals, the "
+                  "largest difference picks). This is the reading under the revised rule, made after the first "
+                  "results were known.", ""]
     stale = [name for name in names if any(arm.finals is None for arm in found[name].arms.values())]
     if stale:
         lines += [f"**Summaries older than the revised rule**: {', '.join(stale)}. Their intervals are the first "
@@ -153,14 +153,11 @@ def recommendation_lines(found: dict) -> list[str]:
 
 def priors_bought(notes: dict) -> dict:
     """priors arm -> (its twin, the paired difference to it on training rollouts), from an instrument's notes: the
-    logistic lab's ``priors.minus_twin_training_only`` or the token lab's ``priors_minus_twin``."""
+    logistic lab's ``priors.minus_twin_training_only``."""
     from instruments.stats import Interval
 
-    found = {key: (v["twin"], Interval(v["value"], v["low"], v["high"]))
-             for key, v in ((notes.get("priors") or {}).get("minus_twin_training_only") or {}).items()}
-    for key, v in (notes.get("priors_minus_twin") or {}).items():
-        found[key] = (v["twin"], Interval(*v["training_only_minus_twin"]))
-    return found
+    return {key: (v["twin"], Interval(v["value"], v["low"], v["high"]))
+            for key, v in ((notes.get("priors") or {}).get("minus_twin_training_only") or {}).items()}
 
 
 if __name__ == "__main__":

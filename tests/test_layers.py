@@ -33,7 +33,7 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads
     "cpu": 1,                                       # verl's stock trainer on CPU (imports verl, never the glue)
     "demo": 3,                                      # the CPU main job and the comparison harness (its regime summary)
-    "lab": 4,                                       # both labs (the token lab grows out of the demo's stand-in)
+    "lab": 4,                                       # the logistic lab (simulated RLVR)
 }  # fmt: skip
 # What an instrument must not import from the product: the CPU platform runs verl's trainer, whatever plugin it loads.
 INSTRUMENT_FORBIDDEN: dict[str, tuple[str, ...]] = {"cpu": ("bv_blend.verl",)}

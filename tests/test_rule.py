@@ -22,16 +22,16 @@ def test_the_verdict_reads_the_interval_against_zero():
 
 def test_an_arm_must_be_ahead_somewhere_and_behind_nowhere():
     differences = {
-        "reinforce_pp_n1": {"token_lab": Interval(0.02, 0.01, 0.03), "logistic_lab": AHEAD_IV, "verl_cpu": LEVEL_IV},
-        "spo_n1": {"token_lab": Interval(0.04, 0.02, 0.06), "logistic_lab": LEVEL_IV, "verl_cpu": LEVEL_IV},
-        "bv_blend_n2": {"token_lab": AHEAD_IV, "logistic_lab": AHEAD_IV, "verl_cpu": BEHIND_IV},  # behind once: out
-        "grpo_n2": {"token_lab": LEVEL_IV, "logistic_lab": LEVEL_IV, "verl_cpu": LEVEL_IV},  # never ahead: out
-        "oracle_baseline": {"token_lab": Interval(0.09, 0.07, 0.11), "logistic_lab": AHEAD_IV},  # a limit: out
+        "reinforce_pp_n1": {"pretrained_lm": Interval(0.02, 0.01, 0.03), "logistic_lab": AHEAD_IV, "third": LEVEL_IV},
+        "spo_n1": {"pretrained_lm": Interval(0.04, 0.02, 0.06), "logistic_lab": LEVEL_IV, "third": LEVEL_IV},
+        "bv_blend_n2": {"pretrained_lm": AHEAD_IV, "logistic_lab": AHEAD_IV, "third": BEHIND_IV},  # behind once: out
+        "grpo_n2": {"pretrained_lm": LEVEL_IV, "logistic_lab": LEVEL_IV, "third": LEVEL_IV},  # never ahead: out
+        "oracle_baseline": {"pretrained_lm": Interval(0.09, 0.07, 0.11), "logistic_lab": AHEAD_IV},  # a limit: out
     }
     result = recommend(differences, limits=frozenset({"oracle_baseline"}), simplicity=SIMPLICITY)
-    assert result.qualified == ("spo_n1", "reinforce_pp_n1")  # the token lab orders them
-    assert result.tie_breaker == "token_lab"
-    assert result.verdicts["bv_blend_n2"]["verl_cpu"] == BEHIND
+    assert result.qualified == ("spo_n1", "reinforce_pp_n1")  # the pretrained LM orders them
+    assert result.tie_breaker == "pretrained_lm"
+    assert result.verdicts["bv_blend_n2"]["third"] == BEHIND
     # no per-seed finals: nothing separates the two, so the simplest of the tied pair is picked and said to be
     assert result.tied == ("spo_n1", "reinforce_pp_n1") and not result.resolved
     assert result.arm == "reinforce_pp_n1"
@@ -43,42 +43,43 @@ def _finals(mean: float, spread: float = 0.004, seeds: int = 5) -> list[float]:
 
 
 def test_the_leader_is_picked_only_when_resolved_ahead_of_every_other_qualified_arm():
-    differences = {"bv_blend_n2": {"token_lab": Interval(0.05, 0.03, 0.07)},
-                   "reinforce_pp_n1": {"token_lab": Interval(0.02, 0.01, 0.03)}}
+    differences = {"bv_blend_n2": {"pretrained_lm": Interval(0.05, 0.03, 0.07)},
+                   "reinforce_pp_n1": {"pretrained_lm": Interval(0.02, 0.01, 0.03)}}
     # leader minus the other: +0.03 on every seed (the same seed noise in both): resolved, the leader is the pick
-    finals = {"bv_blend_n2": {"token_lab": _finals(0.65)}, "reinforce_pp_n1": {"token_lab": _finals(0.62)}}
+    finals = {"bv_blend_n2": {"pretrained_lm": _finals(0.65)}, "reinforce_pp_n1": {"pretrained_lm": _finals(0.62)}}
     result = recommend(differences, finals=finals, simplicity=SIMPLICITY)
     assert result.resolved and result.arm == "bv_blend_n2" and result.tied == ("bv_blend_n2",)
     assert result.leader_margins["reinforce_pp_n1"].low > 0
     # the same means with seed-to-seed disagreement: not resolved, so the simplest of the tie (verl's own) is picked
-    noisy = {"bv_blend_n2": {"token_lab": [0.70, 0.60, 0.68, 0.61, 0.66]},
-             "reinforce_pp_n1": {"token_lab": [0.60, 0.66, 0.60, 0.65, 0.59]}}
+    noisy = {"bv_blend_n2": {"pretrained_lm": [0.70, 0.60, 0.68, 0.61, 0.66]},
+             "reinforce_pp_n1": {"pretrained_lm": [0.60, 0.66, 0.60, 0.65, 0.59]}}
     result = recommend(differences, finals=noisy, simplicity=SIMPLICITY)
     assert not result.resolved and result.tied == ("bv_blend_n2", "reinforce_pp_n1")
     assert result.arm == "reinforce_pp_n1"
 
 
 def test_the_pretrained_lm_breaks_ties_once_measured():
-    differences = {"bv_blend_n2": {"token_lab": Interval(0.05, 0.03, 0.07), "pretrained_lm": Interval(0.01, 0.0, 0.02)},
-                   "spo_n1": {"token_lab": Interval(0.02, 0.01, 0.03), "pretrained_lm": Interval(0.06, 0.04, 0.08)}}
-    finals = {"bv_blend_n2": {"pretrained_lm": _finals(0.41), "token_lab": _finals(0.65)},
-              "spo_n1": {"pretrained_lm": _finals(0.46), "token_lab": _finals(0.62)}}
+    differences = {"bv_blend_n2": {"logistic_lab": Interval(0.05, 0.03, 0.07),
+                                   "pretrained_lm": Interval(0.01, 0.0, 0.02)},
+                   "spo_n1": {"logistic_lab": Interval(0.02, 0.01, 0.03), "pretrained_lm": Interval(0.06, 0.04, 0.08)}}
+    finals = {"bv_blend_n2": {"pretrained_lm": _finals(0.41), "logistic_lab": _finals(0.65)},
+              "spo_n1": {"pretrained_lm": _finals(0.46), "logistic_lab": _finals(0.62)}}
     result = recommend(differences, finals=finals, simplicity=SIMPLICITY)
     assert result.tie_breaker == "pretrained_lm"
     assert result.qualified == ("spo_n1", "bv_blend_n2") and result.resolved and result.arm == "spo_n1"
 
 
 def test_an_arm_the_tie_breaker_did_not_run_cannot_be_separated_from_the_leader():
-    differences = {"spo_n1": {"token_lab": Interval(0.05, 0.03, 0.07)},
-                   "reinforce_pp_n1": {"verl_cpu": Interval(0.02, 0.01, 0.03)}}
-    finals = {"spo_n1": {"token_lab": _finals(0.65)}, "reinforce_pp_n1": {"verl_cpu": _finals(0.62)}}
+    differences = {"spo_n1": {"pretrained_lm": Interval(0.05, 0.03, 0.07)},
+                   "reinforce_pp_n1": {"third": Interval(0.02, 0.01, 0.03)}}
+    finals = {"spo_n1": {"pretrained_lm": _finals(0.65)}, "reinforce_pp_n1": {"third": _finals(0.62)}}
     result = recommend(differences, finals=finals, simplicity=SIMPLICITY)
     assert result.qualified == ("spo_n1", "reinforce_pp_n1")
     assert not result.resolved and result.arm == "reinforce_pp_n1"
 
 
 def test_without_a_qualifying_arm_the_reference_stays():
-    assert recommend({"grpo_n2": {"token_lab": LEVEL_IV}}).arm is None
+    assert recommend({"grpo_n2": {"pretrained_lm": LEVEL_IV}}).arm is None
 
 
 def test_headroom_is_the_limits_lead_over_the_baseline():
@@ -107,7 +108,7 @@ def test_a_summary_names_only_regime_arms() -> None:
     from instruments.regime import InstrumentSummary
 
     with pytest.raises(ValueError, match="not regime arms"):
-        InstrumentSummary("token_lab", "", "", [0], {}, {"grpo16": None})  # type: ignore[dict-item]
+        InstrumentSummary("pretrained_lm", "", "", [0], {}, {"grpo16": None})  # type: ignore[dict-item]
 
 
 def test_the_simplest_arms_are_verl_s_own() -> None:

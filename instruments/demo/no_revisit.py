@@ -1,4 +1,5 @@
-"""verl's CPU comparison in the no-revisit regime (issue 29; results/regime.md; results/benchmarks.md, "No-revisit regime").
+"""verl's CPU comparison in the no-revisit regime (issue 29; results/regime.md; results/benchmarks.md, "No-revisit
+regime").
 
 The regime's arms (instruments/regime.py) as the comparison's arms (instruments/demo/compare.py, ARMS) at their group
 sizes; the offline priors, made once in the comparison's shared preparation by the package's own path (``bv-blend

@@ -88,8 +88,8 @@ FAMILIES = {
 }
 
 
-# The widened task of the no-revisit regime (issue 29, results/token_lab/lab_token.md): enough distinct problems per family for
-# a pool of 1,024 a family that no run draws twice. The same five wordings-and-kinds, from easy to hard, with
+# The widened task of the no-revisit regime (issue 29, results/token_lab/lab_token.md): enough distinct problems per
+# family for a pool of 1,024 a family that no run draws twice. The same five wordings-and-kinds, from easy to hard, with
 # wider operands: copying three digits instead of two; a 0-4 added to a number up to 199 (was: both 0-4); a digit
 # added to a number up to 99 (was: two digits); times tables up to 99 x 12 (was: 12 x 12); two-digit sums as big_sum's.
 # Its own family names, so that no report mixes the two tasks' families.

@@ -1,22 +1,18 @@
-"""Rules that pick settings from results, each written down (and committed) before the runs it reads were made.
+"""Rules that pick a comparison's settings from results, each written down (and committed) before the runs it reads.
 
 Point 3 of issue 22, "no tuning to win": the learning rate and the step count are chosen on GRPO n=8 alone, on
 seeds that are not the comparison's, before any other arm runs; the other arms get them unchanged.
+scripts/pretrained_settings.py applies them to the pretrained-LM comparison's sweep (they were the token lab's, which
+is retired: results/token_lab/README.md).
 
-- **Learning rate**: of the swept rates (suites.SELECTION_LRS), the one with the highest mean over the selection
-  seeds of the final held-out pass rate (after suites.MAX_STEPS steps); a tie to three decimals goes to the
-  smaller rate.
+- **Learning rate**: of the swept rates, the one with the highest mean over the selection seeds of the final
+  held-out pass rate (after the sweep's longest run); a tie to three decimals goes to the smaller rate.
 - **Step count**: at that rate, the seed-mean curve c is *still improving at T* when the mean of c over the
   evaluations in (3T/4, T] exceeds its mean over (T/2, 3T/4] by at least a tenth of the gain c has made by then
   (the first of those means minus c(0)), and that gain is positive. T is the largest multiple of
-  4 x eval_every up to suites.MAX_STEPS at which c is still improving (the reference is not saturated at the
-  end of the comparison, and its final value is a target other arms can be timed against), or suites.MAX_STEPS
-  if there is none.
-- **The derived arm** (arms.ARMS' ``best_of``): the candidate with the highest seed-mean final held-out pass rate
-  over the comparison's seeds; a tie goes to the first listed.
-- **The arm that comes out best** (for the three-point learning-rate check): the arm other than the reference
-  with the smallest ratio of rollouts to reach the reference's final pass rate; arms that never reach it rank
-  after those that do, by their seed-mean final pass rate; a tie goes to the first in the arm table.
+  4 x eval_every up to the sweep's longest run at which c is still improving (the reference is not saturated at
+  the end of the comparison, and its final value is a target other arms can be timed against), or that longest
+  run if there is none.
 """
 
 from __future__ import annotations
@@ -49,18 +45,3 @@ def choose_steps(steps: Sequence[int], curve: Sequence[float], eval_every: int, 
     candidates = range(4 * eval_every, max_steps + 1, 4 * eval_every)
     improving = [t for t in candidates if still_improving(steps, curve, t)]
     return max(improving) if improving else max_steps
-
-
-def best_by_final(finals: Mapping[str, Sequence[float]]) -> str:
-    """The key with the highest mean final pass rate; a tie goes to the first key."""
-    best = max(float(np.mean(v)) for v in finals.values())
-    return next(key for key, v in finals.items() if float(np.mean(v)) == best)
-
-
-def best_by_reach(ratios: Mapping[str, float], finals: Mapping[str, Sequence[float]]) -> str:
-    """The key with the smallest finite reach ratio; if none reaches, the highest mean final (ties: first key)."""
-    reached = {key: r for key, r in ratios.items() if np.isfinite(r)}
-    if reached:
-        smallest = min(reached.values())
-        return next(key for key, r in reached.items() if r == smallest)
-    return best_by_final(finals)
