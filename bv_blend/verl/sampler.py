@@ -11,14 +11,21 @@ tracker; BV-Blend's prompt mean, else its cluster's mean, else the prior file's,
 in the sampler until the trainer hooks move them into the channel of the step that trains on it. An epoch is
 ``len(dataset) // train_batch_size`` batches.
 
+With ``data.history_sampler.epoch_without_replacement=true`` each batch is drawn, by the same weights, from the prompts
+not yet drawn in the epoch: every prompt is used at most once an epoch and the weights choose the order (and, in a run
+shorter than an epoch, which prompts are used at all). The epoch keeps verl's length, so its last
+``len(dataset) % train_batch_size`` prompts (those the weights left to the end) are not drawn in it, as verl's
+``drop_last`` leaves out its permutation's tail; the next epoch starts with every prompt available again.
+
 The draws are a function of ``data.seed`` and the history. With ``data.seed=null`` the sampler does what verl's own
 does: verl's unseeded ``torch.Generator`` starts from torch's fixed default seed, so every unseeded run draws the same
 order; the sampler takes that seed (:data:`UNSEEDED`) and says so in the log.
 
-State: the RNG and the batches drawn in the epoch, saved by verl's ``StatefulDataLoader`` with every checkpoint
-(``data.pt``); the history is restored by our ``_load_checkpoint`` hook before the next batch is drawn, so a resumed
-run draws exactly the batches an uninterrupted run draws. Dataloader workers would prefetch (draw batches ahead with
-older weights, and draw them again otherwise after a resume), so the sampler needs ``data.dataloader_num_workers=0``.
+State: the RNG, the batches drawn in the epoch and, with the epoch option, the prompts drawn in it, saved by verl's
+``StatefulDataLoader`` with every checkpoint (``data.pt``); the history is restored by our ``_load_checkpoint`` hook
+before the next batch is drawn, so a resumed run draws exactly the batches an uninterrupted run draws. Dataloader
+workers would prefetch (draw batches ahead with older weights, and draw them again otherwise after a resume), so the
+sampler needs ``data.dataloader_num_workers=0``.
 """
 
 from __future__ import annotations
@@ -60,17 +67,26 @@ class SamplerOptions(OptionsMixin):
         enable: draw each training batch by the history's weights (off: verl's random sampler).
         epsilon: the weight every prompt gets on top of sqrt(p^ (1 - p^)), so that solved and unsolved prompts still
             come back (SPO's ``EXPLORATION_EPSILON``, 0.05).
+        epoch_without_replacement: draw each batch from the prompts not yet drawn in this epoch, so that no prompt
+            comes back within an epoch (off: each batch from the whole training set).
     """
 
     SECTION = SECTION
 
     enable: bool = False
     epsilon: float = weights.EXPLORATION_EPSILON
+    epoch_without_replacement: bool = False
 
     def __post_init__(self) -> None:
         check_bool(SECTION, "enable", self.enable)
         check_number(SECTION, "epsilon", self.epsilon)
         require(self.epsilon > 0, SECTION, "epsilon", self.epsilon, "must be > 0: every prompt must stay drawable")
+        check_bool(SECTION, "epoch_without_replacement", self.epoch_without_replacement)
+        # Alone it would be ignored silently, and a run meant to follow the history would shuffle uniformly.
+        require(self.enable or not self.epoch_without_replacement, SECTION, "epoch_without_replacement",
+                self.epoch_without_replacement, f"acts only on the history sampler, which is off: set {SECTION}.enable"
+                "=true as well, or drop it (verl's own sampler already draws every prompt once an epoch, "
+                "uniformly)")  # fmt: skip
 
 
 def sampler_options(data_config: Any) -> SamplerOptions:
@@ -159,6 +175,7 @@ class HistorySampler(torch.utils.data.Sampler[int]):
         self.rng = np.random.default_rng(seed)
         self.batches_in_epoch = len(dataset) // batch_size
         self.drawn_in_epoch = 0
+        self.epoch_drawn = np.zeros(len(dataset), dtype=bool)  # which prompts this epoch drew (the epoch option)
         self.draws = 0
         self.pending: deque[dict[str, float]] = deque()  # each drawn batch's metrics, for the step that trains on it
         self._keys: np.ndarray | None = None
@@ -172,22 +189,35 @@ class HistorySampler(torch.utils.data.Sampler[int]):
             batch = self._draw()
             self.drawn_in_epoch += 1
             yield from batch.tolist()
-        self.drawn_in_epoch = 0  # the next epoch starts where this one ended: the RNG carries on
+        self.start_epoch()
+
+    def start_epoch(self) -> None:
+        """Every prompt available again; the RNG carries on, so the next epoch starts where this one ended."""
+        self.drawn_in_epoch = 0
+        self.epoch_drawn[:] = False
 
     def _draw(self) -> np.ndarray:
         config = self._config() if callable(self._config) else self._config
         algorithm = config_get(config, "algorithm")
         keys, clusters = self._prompts(config)
         p_hat = success_estimates(algorithm, keys, clusters)
-        chosen = weights.draw(weights.prompt_weights(p_hat, self.options.epsilon), self.batch_size, self.rng)
+        prompt_weights = weights.prompt_weights(p_hat, self.options.epsilon)
+        if self.options.epoch_without_replacement:
+            chosen = weights.draw_from_remaining(prompt_weights, self.batch_size, self.epoch_drawn, self.rng)
+            self.epoch_drawn[chosen] = True
+        else:
+            chosen = weights.draw(prompt_weights, self.batch_size, self.rng)
         process = runtime.held(str(algorithm.adv_estimator))
         group_size = int(config_get(config_get(config_get(config, "actor_rollout_ref"), "rollout"), "n") or 1)
-        self.pending.append({
-            "sampler/weight_entropy": weights.weight_entropy(weights.prompt_weights(p_hat, self.options.epsilon)),
+        metrics = {
+            "sampler/weight_entropy": weights.weight_entropy(prompt_weights),
             "sampler/p_hat_mean_drawn": float(p_hat[chosen].mean()),
             "sampler/zero_variance_expected": weights.zero_variance_expected(p_hat[chosen], group_size),
             "sampler/history_updates_at_draw": float(getattr(process.estimator, "num_updates", 0)) if process else 0.0,
-        })  # fmt: skip
+        }  # fmt: skip
+        if self.options.epoch_without_replacement:
+            metrics["sampler/epoch_drawn_share"] = float(self.epoch_drawn.mean())  # this batch included
+        self.pending.append(metrics)
         self.draws += 1
         return chosen
 
@@ -243,7 +273,9 @@ class HistorySampler(torch.utils.data.Sampler[int]):
     # --------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state, "drawn_in_epoch": self.drawn_in_epoch, "draws": self.draws,
-                "seed": self.seed, "batch_size": self.batch_size, "dataset_size": len(self.dataset)}  # fmt: skip
+                "seed": self.seed, "batch_size": self.batch_size, "dataset_size": len(self.dataset),
+                "epoch_without_replacement": self.options.epoch_without_replacement,
+                "epoch_drawn": np.flatnonzero(self.epoch_drawn).tolist()}  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("seed") != self.seed or state.get("batch_size") != self.batch_size:
@@ -253,10 +285,39 @@ class HistorySampler(torch.utils.data.Sampler[int]):
                 "values."
             )
         self._check_dataset_size(state)
+        epoch_drawn = self._saved_epoch_drawn(state)
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
         self.rng, self.drawn_in_epoch, self.draws = rng, int(state["drawn_in_epoch"]), int(state["draws"])
+        self.epoch_drawn = epoch_drawn
         self.pending.clear()
+
+    def _saved_epoch_drawn(self, state: Mapping[str, Any]) -> np.ndarray:
+        """The mask of the prompts the saved epoch drew, checked against the saved position before anything changes.
+
+        A checkpoint saved with the option off (or before it existed) recorded no such set: switching the option on
+        at a resume is allowed, and the rest of that epoch avoids only the prompts drawn after the resume.
+        """
+        mask = np.zeros(len(self.dataset), dtype=bool)
+        saved_on, now_on = bool(state.get("epoch_without_replacement", False)), self.options.epoch_without_replacement
+        if saved_on != now_on:
+            logger.warning("history sampler: the checkpoint was drawn with %s.epoch_without_replacement=%s and this "
+                           "run has %s; the rest of the current epoch %s.", SECTION, str(saved_on).lower(),
+                           str(now_on).lower(), "draws each batch from the whole training set" if saved_on
+                           else "may repeat the prompts drawn before the resume")  # fmt: skip
+        if not (saved_on and now_on):
+            return mask
+        indices = np.asarray(state.get("epoch_drawn", []), dtype=np.int64)
+        expected = int(state["drawn_in_epoch"]) * self.batch_size
+        valid = (indices.size == expected and np.unique(indices).size == indices.size
+                 and bool(np.all((indices >= 0) & (indices < mask.size))))  # fmt: skip
+        if not valid:
+            raise ValueError(f"The checkpoint's prompt sampler records {indices.size} prompts drawn in its epoch, not "
+                             f"{expected} distinct ones below {mask.size} ({state['drawn_in_epoch']} batches of "
+                             f"{self.batch_size}): its data.pt is damaged or from another run. Resume from another "
+                             "checkpoint, or start a fresh run (trainer.resume_mode=disable).")  # fmt: skip
+        mask[indices] = True
+        return mask
 
 
 def _dataset_size_error(saved: int, now: int) -> str:
@@ -327,7 +388,7 @@ def restore_skipped_state(folder: str | None) -> bool:
         return False
     sampler.load_state_dict(state)
     if sampler.drawn_in_epoch >= sampler.batches_in_epoch:
-        sampler.drawn_in_epoch = 0  # the epoch ended with the checkpoint: the loader starts the next one
+        sampler.start_epoch()  # the epoch ended with the checkpoint: the loader starts the next one
     logger.info("history sampler: restored its state of %d draws from %s, which verl skipped", sampler.draws, path)
     return True
 

@@ -1,5 +1,6 @@
 """The history-driven prompt sampler (history_spec 5 and 6): its weights and draws, its refusals, and an exact resume
-through verl's real ``StatefulDataLoader`` with the sampler verl's own (patched) ``create_rl_sampler`` returns."""
+through verl's real ``StatefulDataLoader`` with the sampler verl's own (patched) ``create_rl_sampler`` returns; with
+``epoch_without_replacement`` too (its math alone: tests/test_history_sampler_epoch.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from bv_blend.history.keys import prompt_key
 from bv_blend.verl import runtime
 from bv_blend.verl.compositions import check_run
 from bv_blend.verl.hooks import METRICS_KEY
-from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions, restore_skipped_state
+from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions, restore_skipped_state, success_estimates
 from tests.verl._helpers import compose_config
 
 PROMPTS = 40
 BATCH = 4
+EPOCH_MODE = "data.history_sampler.epoch_without_replacement=true"
 
 
 def dataset(n: int = PROMPTS) -> list[dict]:
@@ -130,13 +132,15 @@ def test_a_resumed_run_draws_exactly_the_batches_of_an_uninterrupted_one():
     assert resumed == straight[3:]
 
 
-def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("mode", [[], [EPOCH_MODE]], ids=["draws_from_all", "epoch_without_replacement"])
+def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterrupted_one(tmp_path, mode):
     """verl's legacy trainer does not restore its dataloader's state at an epoch boundary (ray_trainer.py
     ``_load_checkpoint``: the state marks the loader exhausted), which left a resumed sampler drawing the next epoch
     from data.seed's first draw (found by tests/e2e/test_cpu_history.py[spo_legacy]). The hook restores the sampler
-    from the checkpoint's data.pt: the next epoch is the uninterrupted run's."""
+    from the checkpoint's data.pt: the next epoch is the uninterrupted run's (with the epoch option, every prompt
+    available again)."""
     data, epoch = dataset(), PROMPTS // BATCH
-    config = run_config()
+    config = run_config(*mode)
     straight, uninterrupted = [], loader(config, data)
     for _ in range(2):  # two epochs, as verl's trainers loop: for epoch ...: for batch in dataloader
         for batch in uninterrupted:
@@ -144,7 +148,7 @@ def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterru
             train_on(config, batch, len(straight) - 1)
     assert len(straight) == 2 * epoch
 
-    config = run_config()
+    config = run_config(*mode)
     first = loader(config, data)
     for step, batch in enumerate(first):  # one whole epoch, then verl's checkpoint: data.pt and our state
         train_on(config, batch, step)
@@ -152,7 +156,7 @@ def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterru
     saved_state = runtime.estimator_for("spo", config.algorithm).state_dict()
 
     def resumed(restore: bool) -> list[list[int]]:
-        config = run_config()
+        config = run_config(*mode)
         runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
         fresh = loader(config, data)  # verl skips the loader's state here
         assert restore_skipped_state(str(tmp_path)) is restore
@@ -164,7 +168,7 @@ def test_a_run_resumed_at_an_epoch_boundary_draws_the_next_epoch_of_an_uninterru
 
     assert resumed(restore=True) == straight[epoch:]
     runtime.RUN.sampler = None  # as if the hook had not run: the draws restart from the seed
-    config = run_config()
+    config = run_config(*mode)
     runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
     unrestored = [[row["extra_info"]["index"] for row in batch] for batch in loader(config, data)]
     assert unrestored != straight[epoch:], "the check cannot tell a restored sampler from a fresh one"
@@ -229,9 +233,10 @@ def test_an_epoch_is_the_dataset_divided_by_the_batch_and_the_next_epoch_carries
         (["data.gen_batch_size=1"], r"data.gen_batch_size=1 makes verl fetch 1 prompts.*set data.gen_batch_size=null"),
     ],
 )  # fmt: skip
-def test_the_sampler_is_refused_at_trainer_start_with_the_reason_and_the_fix(overrides, reason):
+@pytest.mark.parametrize("mode", [[], [EPOCH_MODE]], ids=["draws_from_all", "epoch_without_replacement"])
+def test_the_sampler_is_refused_at_trainer_start_with_the_reason_and_the_fix(overrides, reason, mode):
     config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
-                             "data.dataloader_num_workers=0", *overrides])  # fmt: skip
+                             "data.dataloader_num_workers=0", *mode, *overrides])  # fmt: skip
     with pytest.raises(ValueError, match=reason):
         check_run(config)
 
@@ -271,6 +276,7 @@ def test_a_null_seed_draws_as_verls_own_unseeded_sampler_does():
 def test_off_by_default_verls_sampler_stays():
     config = compose_config([])
     assert OmegaConf.select(config, "data.history_sampler.enable") is False
+    assert OmegaConf.select(config, "data.history_sampler.epoch_without_replacement") is False
     assert not isinstance(ray_trainer.create_rl_sampler(config.data, dataset()), HistorySampler)
 
 
@@ -329,3 +335,176 @@ def test_a_state_saved_before_the_size_was_recorded_loads_with_a_warning(caplog)
     with caplog.at_level("WARNING", logger="bv_blend.verl.sampler"):
         assert len(next(iter(resumed))) == BATCH
     assert any("predates its dataset-size record" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------- without replacement over an epoch (history_spec 5)
+UNEVEN = 42  # 10 batches of 4 an epoch, 2 prompts left out of each
+
+
+def indices(batch: list[dict]) -> list[int]:
+    return [row["extra_info"]["index"] for row in batch]
+
+
+def test_an_epoch_without_replacement_draws_no_prompt_twice_and_reports_its_drawn_share():
+    """Two epochs through verl's dataloader as verl's trainers loop, the history moving at every step: each epoch
+    draws 40 distinct prompts of 42 (its 10 batches; the 2 the weights left to the end wait for the next epoch), the
+    next starts with every prompt available again, and each step's metrics say how much of the dataset its epoch has
+    drawn, its batch included."""
+    config = run_config(EPOCH_MODE)
+    uninterrupted = loader(config, dataset(UNEVEN))
+    expected = {"sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sampler/zero_variance_expected",
+                "sampler/weight_age_steps", "sampler/epoch_drawn_share"}  # fmt: skip
+    epochs, step = [], 0
+    for _ in range(2):
+        drawn, shares = [], []
+        for batch in uninterrupted:
+            drawn += indices(batch)
+            metrics = train_on(config, batch, step)
+            assert {k for k in metrics if k.startswith("sampler/")} == expected
+            shares.append(metrics["sampler/epoch_drawn_share"])
+            step += 1
+        assert len(drawn) == len(set(drawn)) == UNEVEN // BATCH * BATCH
+        np.testing.assert_allclose(shares, np.arange(1, UNEVEN // BATCH + 1) * BATCH / UNEVEN)
+        epochs.append(drawn)
+    assert set(epochs[0]) & set(epochs[1])  # the second epoch draws the first epoch's prompts again
+
+
+def test_with_a_flat_history_each_epoch_is_a_uniform_random_permutation():
+    """No step yet, so SPO's p^ is 0.5 for every prompt: over 800 data.seeds the sampler's epoch is a permutation of
+    the 40 prompts whose first and last prompts are uniform (chi-square), and it is exactly the verl-free draw from
+    the same seed."""
+    config = run_config(EPOCH_MODE)
+    data = dataset()
+    options = SamplerOptions(enable=True, epoch_without_replacement=True)
+    flat = weights.prompt_weights(np.full(PROMPTS, 0.5))
+    firsts, lasts = np.zeros(PROMPTS), np.zeros(PROMPTS)
+    for seed in range(800):
+        epoch = list(HistorySampler(data, BATCH, seed, options, config))
+        assert sorted(epoch) == list(range(PROMPTS))
+        firsts[epoch[0]] += 1
+        lasts[epoch[-1]] += 1
+    assert stats.chisquare(firsts).pvalue > 1e-3 and stats.chisquare(lasts).pvalue > 1e-3
+    rng, drawn, verl_free = np.random.default_rng(799), np.zeros(PROMPTS, dtype=bool), []
+    for _ in range(PROMPTS // BATCH):
+        batch = weights.draw_from_remaining(flat, BATCH, drawn, rng)
+        drawn[batch] = True
+        verl_free += batch.tolist()
+    assert epoch == verl_free
+
+
+def test_each_batch_is_drawn_by_the_historys_weights_among_the_prompts_not_yet_drawn():
+    """In the third epoch the prompts not yet drawn have the earlier epochs' history (in the first, SPO's undrawn
+    prompts are all at p^ = 0.5; after one visit each, this task's p^ are 0.233 or 0.767, of equal weights):
+    each batch is exactly the verl-free draw from them, by the weights of the history at that moment, from the
+    sampler's RNG, and not the draw that flat weights would give."""
+    config = run_config(EPOCH_MODE)
+    data = dataset()
+    keys = np.array([prompt_key(row["raw_prompt"]) for row in data])
+    uninterrupted, step = loader(config, data), 0
+    for _ in range(2):
+        for batch in uninterrupted:
+            train_on(config, batch, step)
+            step += 1
+    batches, drawn, unlike_flat = iter(uninterrupted), np.zeros(PROMPTS, dtype=bool), 0
+
+    def draw_now(prompt_weights: np.ndarray) -> list[int]:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = runtime.RUN.sampler.rng.bit_generator.state
+        return weights.draw_from_remaining(prompt_weights, BATCH, drawn, rng).tolist()
+
+    for batch_in_epoch in range(PROMPTS // BATCH):
+        p_hat = success_estimates(config.algorithm, keys)
+        if batch_in_epoch < PROMPTS // BATCH - 1:
+            assert np.ptp(weights.prompt_weights(p_hat[~drawn])) > 0.01  # the weights differ among the prompts left
+        expected = draw_now(weights.prompt_weights(p_hat))
+        unlike_flat += expected != draw_now(np.ones(PROMPTS))
+        batch = next(batches)
+        assert indices(batch) == expected
+        drawn[expected] = True
+        train_on(config, batch, step)
+        step += 1
+    assert unlike_flat > 0  # the check tells the history's weights from flat ones
+
+
+@pytest.mark.parametrize("hook", [True, False], ids=["with_the_hook", "verl_alone"])
+def test_a_mid_epoch_resume_without_replacement_continues_the_epoch_and_the_next_exactly(tmp_path, hook):
+    """Three steps, verl's checkpoint (data.pt, which holds the prompts the epoch drew) and our history, a fresh run
+    restored from them: it draws the rest of the epoch and the whole next one as the uninterrupted run did."""
+    data, epoch, saved_at = dataset(UNEVEN), UNEVEN // BATCH, 3
+    config = run_config(EPOCH_MODE)
+    straight, uninterrupted = [], loader(config, data)
+    for _ in range(2):
+        for batch in uninterrupted:
+            straight.append(indices(batch))
+            train_on(config, batch, len(straight) - 1)
+
+    config = run_config(EPOCH_MODE)
+    first = loader(config, data)
+    iterator = iter(first)
+    for step in range(saved_at):
+        train_on(config, next(iterator), step)
+    torch.save(first.state_dict(), tmp_path / "data.pt")
+    saved_state = runtime.estimator_for("spo", config.algorithm).state_dict()
+    sampler_state = first.state_dict()["_sampler_iter_state"]["sampler_state"]
+    assert sorted(sampler_state["epoch_drawn"]) == sorted(sum(straight[:saved_at], []))
+
+    config = run_config(EPOCH_MODE)
+    runtime.estimator_for("spo", config.algorithm).load_state_dict(saved_state)
+    resumed = loader(config, data)
+    resumed.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    if hook:
+        assert restore_skipped_state(str(tmp_path)) is True
+    drawn = []
+    for _ in range(2):  # the rest of the saved epoch, then the next, as verl's loop iterates the loader again
+        for batch in resumed:
+            drawn.append(indices(batch))
+            train_on(config, batch, saved_at + len(drawn) - 1)
+    assert drawn == straight[saved_at:] and len(drawn) == 2 * epoch - saved_at
+
+
+def _epoch_checkpoint(*mode: str) -> dict:
+    """The sampler's state in verl's data.pt after two steps of a run with ``mode``."""
+    return _checkpoint_after_two_steps(run_config(*mode), dataset())["_sampler_iter_state"]["sampler_state"]
+
+
+def test_a_checkpoint_drawn_from_all_prompts_resumes_into_the_epoch_mode_with_a_warning(caplog):
+    """Turning the option on at a resume: the checkpoint never recorded which prompts its epoch drew, so the rest of
+    that epoch avoids only the prompts drawn after the resume, and a warning says so; the RNG resumes as saved."""
+    saved = _epoch_checkpoint()
+    sampler = HistorySampler(dataset(), BATCH, 7, SamplerOptions(enable=True, epoch_without_replacement=True),
+                             run_config(EPOCH_MODE))  # fmt: skip
+    with caplog.at_level("WARNING", logger="bv_blend.verl.sampler"):
+        sampler.load_state_dict(saved)
+    assert any("epoch_without_replacement=false and this run has true" in r.getMessage() for r in caplog.records)
+    assert sampler.draws == 2 and not sampler.epoch_drawn.any()
+
+
+def test_a_damaged_record_of_the_epochs_prompts_is_refused_before_anything_changes():
+    saved = _epoch_checkpoint(EPOCH_MODE)
+    assert len(saved["epoch_drawn"]) == 2 * BATCH
+    sampler = HistorySampler(dataset(), BATCH, 7, SamplerOptions(enable=True, epoch_without_replacement=True),
+                             run_config(EPOCH_MODE))  # fmt: skip
+    for damaged in (saved["epoch_drawn"][1:], [*saved["epoch_drawn"][1:], saved["epoch_drawn"][0] + PROMPTS]):
+        with pytest.raises(ValueError, match=r"records \d+ prompts drawn in its epoch, not 8 distinct ones below 40"):
+            sampler.load_state_dict({**saved, "epoch_drawn": damaged})
+        assert sampler.draws == 0 and not sampler.epoch_drawn.any()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([f"{EPOCH_MODE[:-4]}maybe"], r"data.history_sampler.epoch_without_replacement='maybe' is invalid: it must "
+                                      r"be true or false"),
+        (["data.history_sampler.enable=false", EPOCH_MODE],
+         r"epoch_without_replacement=True is invalid: it acts only on the history sampler, which is off: set "
+         r"data.history_sampler.enable=true as well, or drop it"),
+        (["+data.history_sampler.epoch_without_replacment=true"],
+         r"Unknown option\(s\) data.history_sampler.\{epoch_without_replacment\}.*Check the spelling"),
+    ],
+    ids=["not_a_bool", "sampler_off", "misspelt"],
+)  # fmt: skip
+def test_a_bad_epoch_option_is_refused_at_trainer_start_with_the_fix(overrides, message):
+    config = compose_config(["algorithm.adv_estimator=spo", "data.history_sampler.enable=true",
+                             "data.dataloader_num_workers=0", *overrides])  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        check_run(config)
