@@ -81,6 +81,26 @@ class Blend(NamedTuple):
     advantage: np.ndarray  # (B,) A_i, 0 on invalid rows
 
 
+class GroupTrace(NamedTuple):
+    """What each group of the last call took from its histories (for the group record, ``bv_blend.verl.group_record``):
+    read after the call, it is the state before that call's update, as the advantages used it."""
+
+    group_ids: list[str]  # (G,) each group's id (verl's uid), in order of first appearance
+    cluster: np.ndarray  # (G,) cluster id, -1 for none
+    history_mean: np.ndarray  # (G,) the cluster history's m1 (0 without history)
+    history_weight: np.ndarray  # (G,) its confidence weight w
+    prompt_mean: np.ndarray | None  # (G,) the prompt's own history, at the prompt levels
+    prompt_weight: np.ndarray | None
+
+    def by_group(self) -> dict[str, dict[str, float]]:
+        """group id -> the figures of its group (the cluster level's only where the call read clusters)."""
+        columns = {"history_mean": self.history_mean, "history_weight": self.history_weight}
+        if self.prompt_mean is not None:
+            columns |= {"prompt_history_mean": self.prompt_mean, "prompt_history_weight": self.prompt_weight}
+        return {uid: {name: float(values[g]) for name, values in columns.items()}
+                for g, uid in enumerate(self.group_ids)}
+
+
 class BVBlendEstimator:
     """Cluster- (and prompt-) conditioned EMA baselines blended with the prompt-local one, weighted by confidence.
 
@@ -101,6 +121,7 @@ class BVBlendEstimator:
         self.prompts = PromptMoments(cfg.prompt_decay, cfg.n0, cfg.v_prior)
         self.num_updates = 0
         self.metrics: dict[str, float] = {}
+        self.last_groups: GroupTrace | None = None
 
     @property
     def num_clusters(self) -> int:
@@ -152,6 +173,7 @@ class BVBlendEstimator:
 
         groups = group_stats(rows)
         blend = self._blend(rows, groups, group_cluster, group_key)
+        self.last_groups = _trace(rows, group_ids, group_cluster, blend)
         sums = self._sums(groups, group_cluster, blend)
         if sync:
             sums = sums.all_reduce()
@@ -433,4 +455,14 @@ class BVBlendEstimator:
         self.moments, self.num_updates = target, num_updates
 
 
-__all__ = ["STATE_FORMAT_VERSION", "BVBlendEstimator", "bounded_blend_scale", "group_clusters"]
+def _trace(rows: Rows, group_ids: GroupIds, group_cluster: np.ndarray, blend: Blend) -> GroupTrace:
+    """The call's groups with what each took from its histories, ids in the order of the rows' group codes."""
+    _, first_row = np.unique(rows.codes, return_index=True)  # codes are 0..G-1 in order of first appearance
+    ids = [str(uid) for uid in np.asarray(group_ids, dtype=object)[first_row]]
+    cluster, prompt = blend.cluster, blend.prompt  # a level without history has weight 0; its mean reads 0
+    return GroupTrace(ids, group_cluster, cluster.mean * cluster.has_history, cluster.weight,
+                      None if prompt is None else prompt.mean * prompt.has_history,
+                      None if prompt is None else prompt.weight)
+
+
+__all__ = ["STATE_FORMAT_VERSION", "BVBlendEstimator", "GroupTrace", "bounded_blend_scale", "group_clusters"]

@@ -92,7 +92,7 @@ class Advice:
         if not self.acts_per_prompt or visits.history_row_share >= WARN_BELOW:
             return None
         draws = ("the history sampler's independent batches (drawn as if uniform)" if self.sampler
-                 else "verl's sampler: epochs without replacement")  # fmt: skip
+                 else "verl's sampler: epochs without replacement, as the history sampler's epoch mode draws")  # fmt: skip
         return (
             f"bv_blend advisor: {self.record.label}{f' ({self.level})' if self.level else ''} keeps a per-prompt "
             f"history, but few rows of this run will see it: {visits.prompts} training prompts, "
@@ -101,8 +101,8 @@ class Advice:
             f"{visits.history_row_share:.2f} of the rows see their prompt's history (the advisor warns below "
             f"{WARN_BELOW}). The other rows are first visits, where the prompt's history has nothing to act on. "
             f"Settings that would act: {'; or '.join(self.fixes)}.{self._bound()} What was measured where prompts "
-            f"seldom come back, and what to run there: results/regime/recommendation.md. This is a warning: the run goes "
-            f"on."
+            f"seldom come back, and what to run there: results/regime/recommendation.md. This is a warning: the run "
+            f"goes on."
         )
 
     def _covered(self) -> str:
@@ -161,7 +161,9 @@ def advise(config: Any, prompts: int, keys: Sequence[str] | None = None) -> Advi
             held = load_priors(path, f"{record.option_section}.{prior}")
             covered, distinct = len(run_keys & held.keys()), len(run_keys)
             coverage = covered / distinct if distinct else 0.0
-    sampler = sampler_options(data).enable
+    drawn = sampler_options(data)
+    # the history sampler's epoch mode draws each prompt once an epoch, as verl's own sampler does
+    sampler = drawn.enable and not drawn.epoch_without_replacement
     visits = plan_visits(prompts, batch_size, steps, sampler, coverage)
     rollout = config_get(config_get(config, "actor_rollout_ref"), "rollout")
     level, fixes = _levels(record, options)

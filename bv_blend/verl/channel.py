@@ -33,12 +33,15 @@ class StepChannel:
         output_sources: for each row, the row of its session's final output (multi-output agent sessions,
             ``bv_blend.verl.multi_output``); ``None`` when every session has one output.
         metrics: out: the metrics of this step: the estimator's call, and the prompt sampler's batch.
+        group_details: out: prompt uid -> what the estimator took from its history for that group (the group
+            record's, ``bv_blend.verl.group_record``); empty for an estimator without a history.
     """
 
     cluster_map: Mapping[str, int] | None = None
     prompt_keys: Mapping[str, str] | None = None
     output_sources: np.ndarray | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    group_details: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def sources_for(self, rows: int) -> np.ndarray | None:
         """``output_sources`` when they were published for a batch of ``rows`` rows, else ``None``."""
@@ -73,9 +76,17 @@ def report_metrics(metrics: Mapping[str, float]) -> None:
         step.metrics.update(metrics)
 
 
+def report_group_details(details: Mapping[str, Mapping[str, float]]) -> None:
+    """Per-group figures of this step's estimator call (uid -> name -> value), for the group record; dropped outside
+    a step."""
+    step = current_step()
+    if step is not None:
+        step.group_details.update({uid: dict(figures) for uid, figures in details.items()})
+
+
 def close_all() -> None:
     """Drop any open channel in this thread (for tests; ``bv_blend.verl.runtime.reset`` calls it)."""
     _CURRENT.set(None)
 
 
-__all__ = ["StepChannel", "advantage_step", "close_all", "current_step", "report_metrics"]
+__all__ = ["StepChannel", "advantage_step", "close_all", "current_step", "report_group_details", "report_metrics"]

@@ -31,10 +31,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from bv_blend.verl import advisor, runtime
+from bv_blend.codebook import CLUSTER_KEY
+from bv_blend.verl import advisor, group_record, runtime
 from bv_blend.verl.channel import advantage_step, current_step, report_metrics
 from bv_blend.verl.multi_output import final_output_rows
-from bv_blend.verl.options import selected_record
+from bv_blend.verl.options import config_get, selected_record
 from bv_blend.verl.patching import wrap
 from bv_blend.verl.records import record_for
 
@@ -54,6 +55,7 @@ def _checked_init(legacy: bool) -> Callable[[Callable], Callable]:
             from bv_blend.verl.compositions import check_run
 
             check_run(config, legacy=legacy)  # bad options / missing codebook / unsound stacks fail here
+            group_record.check_run(config, legacy)
             context_budget.check_run(config)  # a prompt + response budget over the model's context fails here
             result = original(self, config, *args, **kwargs)
             advisor.advise_trainer(self)  # a warning at most; V1 has no train_dataset yet: its first step advises
@@ -115,19 +117,38 @@ def install_v1(trainer_base: Any) -> None:
 def _v1_compute_advantage(original: Callable) -> Callable:
     def _compute_advantage(self, batch, metrics):
         record = selected_record(self.config)
-        if record is None:
+        record_file = group_record.record_path(self.config)
+        if record is None and record_file is None:
             return original(self, batch, metrics)
-        process = runtime.process_for(record.name, self.config.algorithm)  # the one trainer start built
-        columns = _v1_fetch(batch, process.options.fields_needed())
-        inputs = process.options.step_inputs(process.estimator, columns)
+        inputs: dict[str, Any] = {}
+        if record is not None:
+            process = runtime.process_for(record.name, self.config.algorithm)  # the one trainer start built
+            columns = _v1_fetch(batch, process.options.fields_needed())
+            inputs = process.options.step_inputs(process.estimator, columns)
         with advantage_step(**inputs, output_sources=final_output_rows(list(batch.keys))) as step:
             result = original(self, batch, metrics)
-            report_metrics(runtime.sampler_metrics(process))
-            report_metrics(advisor.step_metrics(self))
+            if record is not None:
+                report_metrics(runtime.sampler_metrics(process))
+                report_metrics(advisor.step_metrics(self))
         metrics.update(step.metrics)
+        if record_file is not None:
+            _v1_record_groups(self, batch, step, record_file)
         return result
 
     return _compute_advantage
+
+
+def _v1_record_groups(trainer: Any, batch: Any, step: Any, path: Any) -> None:
+    """Appends the step's group record (``bv_blend.verl.group_record``), read back after verl wrote the
+    advantages."""
+    from bv_blend.verl.prompt_keys import build_prompt_keys
+
+    columns = _v1_fetch(batch, group_record.FIELDS)
+    key_field = config_get(config_get(trainer.config.algorithm, "bv_blend") or {}, "prompt_key_field")
+    keys = step.prompt_keys or build_prompt_keys(columns, key_field)
+    cluster_key = config_get(config_get(trainer.config.algorithm, "bv_blend"), "cluster_key") or CLUSTER_KEY
+    lines = group_record.group_lines(trainer.global_steps, columns, keys, step.group_details, cluster_key)
+    group_record.append(path, lines)
 
 
 def _v1_fetch(batch: Any, fields: tuple[str, ...]) -> dict[str, list | None]:

@@ -94,6 +94,12 @@ class GlueOptions:
         """The metrics of the built estimator's last call."""
         return built.metrics
 
+    def group_details(self, built: Any) -> Mapping[str, Mapping[str, float]]:
+        """uid -> what the built estimator's last call took from its history for that group (the group record's);
+        none for an estimator that keeps no per-group trace."""
+        trace = getattr(built, "last_groups", None)
+        return {} if trace is None else trace.by_group()
+
     def save(self, built: Any) -> dict[str, Any]:
         """What its checkpoint file holds besides the file's format and versions."""
         return {"estimator": built.state_dict()}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from bv_blend.verl.channel import StepChannel, close_all, current_step, report_metrics
+from bv_blend.verl.channel import StepChannel, close_all, current_step, report_group_details, report_metrics
 from bv_blend.verl.records import BY_NAME
 
 logger = logging.getLogger(__name__)
@@ -151,6 +151,7 @@ def advantage_function(name: str, module: str, summary: str) -> Callable[..., tu
         step = current_step() or StepChannel()
         result = process.options.advantages(process.estimator, token_level_rewards, response_mask, index, step)
         report_metrics(process.options.metrics(process.estimator))
+        report_group_details(process.options.group_details(process.estimator))
         return result
 
     compute.__name__ = compute.__qualname__ = f"compute_{name}_advantage"

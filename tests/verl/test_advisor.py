@@ -182,6 +182,17 @@ def test_the_history_sampler_is_planned_as_independent_batches(caplog):
     assert "the history sampler's independent batches" in warnings[0].getMessage()
 
 
+def test_the_history_samplers_epoch_mode_is_planned_as_epochs(caplog):
+    """data.history_sampler.epoch_without_replacement draws each prompt once an epoch: at the paper's scale no prompt
+    comes back (share 0), as with verl's sampler, not the independent batches' 0.084."""
+    sampler = ["data.history_sampler.enable=true", "data.history_sampler.epoch_without_replacement=true"]
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        advice, warnings = _advise([*PAPER, *SPO, *sampler], caplog=caplog)
+    assert advice.visits.history_row_share == 0.0
+    assert len(warnings) == 1 and "a share of 0.00 of the rows" in warnings[0].getMessage()
+    assert "the history sampler's epoch mode" in warnings[0].getMessage()
+
+
 @pytest.mark.parametrize(("steps", "warns"), [(39, True), (40, False)])
 def test_the_threshold_is_three_quarters_of_the_rows(caplog, steps, warns):
     """100 prompts, 10 a step: 39 steps (V = 3.9, share 0.744) warn, 40 steps (V = 4, share 0.75) do not."""

@@ -478,3 +478,73 @@ def test_the_replay_buffer_checks_the_engines_once_per_new_failed_group(transfer
     cause = "vLLM engine died during generation"  # as the end-to-end run's error names it (test_cpu_engine_death)
     with pytest.raises(rollout_patches.RolloutEngineDied, match=f"{cause}.*EngineCore_DP0 was killed by SIGKILL"):
         buffer._sync_metadata_from_transfer_queue()
+
+
+@pytest.mark.parametrize("estimator", ["bv_blend", "grpo"])
+def test_v1_group_record_holds_each_groups_rewards_advantages_and_history(transfer_queue, tmp_path, estimator):
+    """``+bv_blend.group_record=FILE``: after verl's real V1 advantage step, one strict JSON line per prompt group
+    (padding left out): its step, prompt key, cluster, the rollouts' scores and advantages as verl wrote them to
+    TransferQueue, and for BV-Blend the history's mean and weight that group's advantages used (those of an
+    independent estimator fed the same two steps)."""
+    import json
+
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from bv_blend.history.keys import prompt_key
+
+    path = tmp_path / "groups.jsonl"
+    config = compose_config([f"algorithm.adv_estimator={estimator}", f"algorithm.bv_blend.num_clusters={K}",
+                             "actor_rollout_ref.rollout.n=4", f"+bv_blend.group_record={path}"])
+    runtime.reset()
+    independent = BVBlendEstimator(K)
+    written_by_step = {}
+    for step in (1, 2):
+        rows = step_rows(step)
+        partition = f"record_{estimator}_{step}"
+        batch = _put_rows(random.Random(step).sample(rows, len(rows)), partition_id=partition)
+        batch = upsample_batch_to_divisible_size(batch, batch_multiple=8, eos_token_id=0)
+        batch = _put_old_log_probs(batch, partition_id=partition)
+        trainer = object.__new__(PPOTrainerSync)
+        trainer.config, trainer.global_steps = config, step
+        trainer._compute_advantage(batch, {})
+        written = tq.kv_batch_get(keys=[r["key"] for r in rows], partition_id=partition,
+                                  select_fields=["advantages"])["advantages"].unbind()  # fmt: skip
+        written_by_step[step] = {r["key"]: float(a.mean()) for r, a in zip(rows, written, strict=True)}
+        independent.compute_token_level(padded(rows, "rm_scores"), padded(rows, "response_mask"),
+                                        np.array([r["uid"] for r in rows], dtype=object),
+                                        torch.tensor([r["cluster"] for r in rows]))  # fmt: skip
+        trace = independent.last_groups.by_group()
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        lines = [line for line in lines if line["step"] == step]
+        by_key = {}
+        for row in rows:
+            by_key.setdefault(prompt_key(row["raw_prompt"]), []).append(row)
+        assert len(lines) == len(by_key)  # one per group; verl's padding rows count for nothing
+        for line in lines:
+            group = by_key[line["prompt_key"]]
+            uid = group[0]["uid"]
+            assert line["cluster"] == group[0]["cluster"]
+            assert sorted(line["rewards"]) == sorted(float(r["rm_scores"].sum()) for r in group)
+            assert sorted(line["advantages"]) == pytest.approx(
+                sorted(written_by_step[step][r["key"]] for r in group), abs=1e-4)
+            if estimator == "bv_blend":
+                assert line["history_mean"] == pytest.approx(trace[uid]["history_mean"], abs=1e-4)
+                assert line["history_weight"] == pytest.approx(trace[uid]["history_weight"], abs=1e-4)
+            else:
+                assert "history_weight" not in line
+    if estimator == "bv_blend":  # the second step read the first step's history: the record shows it
+        assert any(line["history_weight"] > 0 for line in map(json.loads, path.read_text().splitlines())
+                   if line["step"] == 2)
+
+
+def test_the_group_record_is_refused_on_the_legacy_trainer_and_needs_a_path(tmp_path):
+    from bv_blend.verl import group_record
+
+    config = compose_config([f"+bv_blend.group_record={tmp_path / 'groups.jsonl'}", "trainer.use_v1=false"])
+    with pytest.raises(ValueError, match="V1 trainer"):
+        group_record.check_run(config, legacy=True)
+    group_record.check_run(config, legacy=False)  # V1 writes it
+    with pytest.raises(ValueError, match="must be a file path"):
+        group_record.record_path(compose_config(["+bv_blend.group_record=[1,2]"]))
+    assert group_record.record_path(compose_config([])) is None

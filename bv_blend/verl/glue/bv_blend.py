@@ -158,6 +158,9 @@ class BVBlendOptions(HistoryOptions):
     def metrics(self, built: BVBlendProcess) -> Mapping[str, float]:
         return built.estimator.metrics
 
+    def group_details(self, built: BVBlendProcess) -> Mapping[str, Mapping[str, float]]:
+        return super().group_details(built.estimator)
+
     def prepare(self, built: BVBlendProcess, config: Any) -> None:
         """At trainer start: :meth:`start` with the training files' prompts and their clusters."""
         if self.prior_file is None:
