@@ -91,8 +91,8 @@ class Advice:
         visits = self.visits
         if not self.acts_per_prompt or visits.history_row_share >= WARN_BELOW:
             return None
-        draws = ("the history sampler's independent batches (drawn as if uniform)" if self.sampler
-                 else "verl's sampler: epochs without replacement, as the history sampler's epoch mode draws")  # fmt: skip
+        draws = ("the history sampler's independent batches (drawn as if uniform)" if self.sampler else
+                 "verl's sampler: epochs without replacement, as the history sampler's epoch mode draws")  # fmt: skip
         return (
             f"bv_blend advisor: {self.record.label}{f' ({self.level})' if self.level else ''} keeps a per-prompt "
             f"history, but few rows of this run will see it: {visits.prompts} training prompts, "
