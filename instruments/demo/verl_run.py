@@ -34,11 +34,9 @@ PRETRAINED_SYNC_TIMEOUT_S = 600.0
 
 
 def model_overrides(s: DemoSettings, rollouts_per_step: int | None = None) -> list[str]:
-    """What a pretrained model changes in cpu_tiny.yaml (sized for the tiny model): its response length, one dtype
-    for the actor's compute and the rollout, the rollout's log-probs as the old ones, micro-batches of up to 16
+    """What a pretrained model changes in cpu_tiny.yaml (sized for the tiny test fixture): its response length, one
+    dtype for the actor's compute and the rollout, the rollout's log-probs as the old ones, micro-batches of up to 16
     (that divide the step's rollouts, as verl requires)."""
-    if not s.pretrained:
-        return []
     bf16 = s.compute_dtype() == "bf16"
     micro = math.gcd(16, rollouts_per_step or s.batch * s.n)
     return [
@@ -94,7 +92,7 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
         f"actor_rollout_ref.rollout.val_kwargs.n={s.val_samples}",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        *demo_reward.verl_overrides(last_number_answers=s.pretrained),
+        *demo_reward.verl_overrides(last_number_answers=True),
         *model_overrides(s, n * batch),
         f"trainer.total_training_steps={steps}",
         f"trainer.experiment_name={method}",
@@ -145,7 +143,7 @@ def run_env(s: DemoSettings) -> dict[str, str]:
     """Environment a run adds: a pretrained model's longer weight-sync deadline, unless the user set one."""
     from instruments.cpu.rollout_patches import SYNC_TIMEOUT_ENV
 
-    if not s.pretrained or SYNC_TIMEOUT_ENV in os.environ:
+    if SYNC_TIMEOUT_ENV in os.environ:
         return {}
     return {SYNC_TIMEOUT_ENV: str(PRETRAINED_SYNC_TIMEOUT_S)}
 

@@ -1,13 +1,12 @@
-"""Supervised warm-up: teach the random tiny model some arithmetic, but not all of it, and two answer styles.
+"""Supervised warm-up of the tiny model, the end-to-end trainer tests' fixture: some arithmetic, not all of it, and two
+answer styles.
 
-RL from a random model that never scores gives every method zero signal. A short warm-up on the task's
-families leaves easy families mostly solved and hard ones mostly failed, so rollout groups are a real mix of
-all-right, all-wrong and split groups. Pass rates are measured by sampling at temperature 1, as verl's rollouts do.
+RL from a random model that never scores gives every method zero signal, and the weight-sync tests need an actor
+that really changes between steps. A short warm-up on the task's families leaves easy families mostly solved and
+hard ones mostly failed, so rollout groups are a real mix of all-right, all-wrong and split groups.
 
-With ``format_share`` < 1 some targets are the bare answer (``42``) instead of the verifier's format (``#### 42``),
-as a pretrained model answers in more than one style: the warmed-up model then knows many answers but writes
-them in the accepted style only part of the time, which is what RL with a strict verifier teaches first
-(docs/cpu.md, "The demo", explains why the demo relies on it).
+With ``format_share`` < 1 some targets are the bare answer (``42``) instead of the verifier's format (``#### 42``):
+the warmed-up model then knows many answers but writes them in the accepted style only part of the time.
 """
 
 from __future__ import annotations
@@ -15,15 +14,13 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections import defaultdict
 from collections.abc import Collection
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from instruments.cpu.launch import verl_rule_score
-from instruments.demo.task import DATA_SOURCE, Problem, make_problems
+from instruments.demo.task import Problem, make_problems
 
 
 @functools.lru_cache(maxsize=65536)
@@ -92,45 +89,3 @@ def supervised_warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFas
         losses.append(loss.item())
     model.eval()
     return losses
-
-
-@torch.no_grad()
-def pass_rates(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, problems: list[Problem],
-               samples: int = 4, max_new_tokens: int = 16, seed: int = 0) -> dict[str, float]:
-    """Share of sampled responses that verl's own reward scorer accepts, per family and overall.
-
-    Mirrors verl's rollout path: the chat template with the generation prompt (what verl's Qwen continuous-token
-    builder renders), plain sampling at temperature 1 with no top-k/top-p (verl's rollout defaults), at most
-    ``max_new_tokens`` (= data.max_response_length) tokens or up to the EOS ``<|im_end|>``, and the response
-    decoded without special tokens before scoring, as verl's reward manager does.
-    """
-    torch.manual_seed(seed)
-    random.seed(seed)
-    scores: dict[str, list[float]] = defaultdict(list)
-    tokenizer.padding_side = "left"
-    for start in range(0, len(problems), 64):
-        chunk = problems[start:start + 64]
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.question}], add_generation_prompt=True,
-                                               tokenize=False) for p in chunk]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=max_new_tokens,
-                             num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
-        decoded = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        for i, text in enumerate(decoded):
-            p = chunk[i // samples]
-            scores[p.family].append(verl_rule_score(DATA_SOURCE, text, str(p.answer)))
-    rates = {family: sum(v) / len(v) for family, v in scores.items()}
-    rates["all"] = sum(sum(v) for v in scores.values()) / sum(len(v) for v in scores.values())
-    return rates
-
-
-def expected_group_shares(rates: dict[str, float], n: int) -> dict[str, float]:
-    """Expected share of all-right, all-wrong and mixed groups of ``n`` rollouts, families drawn evenly.
-
-    A prompt of a family with pass rate p gives an all-right group with probability p**n and an all-wrong one
-    with (1-p)**n (rollouts are independent samples). Only these two kinds give GRPO no signal.
-    """
-    families = [p for name, p in rates.items() if name != "all"]
-    right = sum(p**n for p in families) / len(families)
-    wrong = sum((1 - p) ** n for p in families) / len(families)
-    return {"all-right": right, "all-wrong": wrong, "mixed": 1 - right - wrong}

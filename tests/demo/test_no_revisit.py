@@ -38,13 +38,13 @@ def _wide(work_dir: Path, **changes) -> DemoSettings:
 # --------------------------------------------------------------------------------------- the pool, the preparation
 @pytest.fixture
 def prepared_wide(tmp_path, monkeypatch):
-    """``prepare`` of the regime's settings, the warm-up and MiniLM replaced: the codebook's clusters are the
-    families (NMI 1), so the record's NMI is known."""
+    """``prepare`` of the regime's settings, the model's conversion and MiniLM replaced: the codebook's clusters are
+    the families (NMI 1), so the record's NMI is known."""
     families = list(WIDE_FAMILIES)
 
-    def fake_model(s, held_out):
+    def fake_model(s):
         (s.work_dir / "model").mkdir(parents=True)
-        return s.work_dir / "model", {"echo3": 0.5, "all": 0.2}
+        return s.work_dir / "model"
 
     def fake_clusters(s, train):
         frame = pd.read_parquet(train)
@@ -53,7 +53,7 @@ def prepared_wide(tmp_path, monkeypatch):
         frame.to_parquet(s.work_dir / "clusters" / "train.parquet")
         return s.work_dir / "clusters" / "codebook.npz", s.work_dir / "clusters" / "train.parquet"
 
-    monkeypatch.setattr(pipeline, "prepare_model", fake_model)
+    monkeypatch.setattr(pipeline, "prepare_pretrained", fake_model)
     monkeypatch.setattr(pipeline, "build_clusters", fake_clusters)
     s = _wide(tmp_path / "prepared")
     return s, pipeline.prepare(s)
@@ -157,7 +157,7 @@ def test_the_priors_are_made_once_by_bv_blend_priors_and_their_rollouts_recorded
     job = plan(DEFAULT_CPU_CONFIG, made[0], 8, s.work_dir / "gen", cpu=True).config
     assert list(job.data.val_files) == [str(prepared.train)] and job.trainer.val_only is True
     assert (job.actor_rollout_ref.rollout.val_kwargs.n, job.actor_rollout_ref.rollout.val_kwargs.temperature) == (8, 1)
-    assert job.reward.custom_reward_function.name == "compute_score"
+    assert job.reward.custom_reward_function.name == "compute_last_number_score"  # the training runs' reward
 
 
 # ---------------------------------------------------------------------------------------------------- the visits
@@ -252,19 +252,19 @@ def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
     assert set(summary.notes["not run on verl"]) == {"oracle_baseline1", "knapsack_grpo2"}
     path = regime.write_summary(summary, tmp_path / "regime")
     read = regime.read_summary(path)
-    assert path.name == "verl_cpu.json" and {k: a.verdict for k, a in read.arms.items()} == {
+    assert path.name == "pretrained_lm.json" and {k: a.verdict for k, a in read.arms.items()} == {
         k: a.verdict for k, a in arms.items()}
     assert read.arms["bv2_priors"].training_only.value == pytest.approx(0.04)
     # what scripts/regime_report.py makes of it: rpp1, spo1 and bv_cluster1/2 ahead, none behind in this instrument;
     # on 3 seeds (under rule.MIN_SEEDS) it is shown and judges nothing, on 5 it recommends
-    lines = load_script("regime_report").recommendation_lines({"verl_cpu": read})
+    lines = load_script("regime_report").recommendation_lines({"pretrained_lm": read})
     assert "| REINFORCE++ n=1 | verl | +0.050 [+0.050, +0.050] ahead |" in lines
-    assert "| arm | needs | verl_cpu (not judged) |" in lines
+    assert "| arm | needs | pretrained_lm (not judged) |" in lines
     assert "**Recommendation: GRPO n=8 stays.** No runnable arm is ahead in one instrument and behind in none." in lines
     five = replace(read, seeds=[0, 1, 2, 3, 4])
-    lines = load_script("regime_report").recommendation_lines({"verl_cpu": five})
+    lines = load_script("regime_report").recommendation_lines({"pretrained_lm": five})
     recommended = next(line for line in lines if line.startswith(("**Recommendation: ", "**Tied**")))
-    assert "| arm | needs | verl_cpu |" in lines and "stays" not in recommended, recommended
+    assert "| arm | needs | pretrained_lm |" in lines and "stays" not in recommended, recommended
 
 
 def test_the_summary_and_the_benchmarks_table_read_every_arm_alike(tmp_path):
@@ -351,42 +351,6 @@ def test_the_script_reports_into_its_own_section_and_writes_the_regime_summary(t
     text = doc.read_text()
     assert "current comparison" in text and "not run yet" not in text and "task=wide" in text
     assert (tmp_path / "bench_compare_cpu_regime.png").is_file() and not (tmp_path / "bench_cpu.png").exists()
-    summary = regime.read_summary(tmp_path / "regime" / "verl_cpu.json")
+    summary = regime.read_summary(tmp_path / "regime" / "pretrained_lm.json")
     assert summary.seeds == [0, 1] and summary.command.startswith("python scripts/compare_cpu.py --task wide")
     assert "--report" not in summary.command and set(summary.arms) == set(no_revisit.RUN_ORDER)
-
-
-def test_the_documented_command_is_the_regimes_and_parses():
-    import shlex
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
-    start = doc.index(".venv/bin/python scripts/compare_cpu.py --task wide")
-    line = doc[start:doc.index("```", start)].replace("\\\n", " ")
-    argv = shlex.split(line)[2:]
-    a = load_script("compare_cpu").parse_args(argv)
-    assert a.arms == no_revisit.command_arms() and a.seeds == [0, 1, 2, 3, 4] and len(a.specs) == 45
-    assert (a.steps, a.test_freq, a.val_samples, a.rollouts_per_step, a.pool) == (60, 20, 4, 32, 1920)
-    assert a.warmup_steps == 3200  # the wide task's warm-up (instruments/lab/token/regime_warmup.json)
-    assert (a.task, a.distinct_train, a.section, a.regime_summary) == ("wide", True, "compare_cpu_regime",
-                                                                        Path("results/regime"))
-    assert compare_report.markers(a.section)[0] in doc
-
-
-def test_the_reduced_run_is_the_full_designs_three_arms_on_its_preparation():
-    """results/regime.md's reduction: three of the design's arms, the same seeds and settings, so the same preparation
-    key (a resumed run on the committed preparation is refused if they ever part)."""
-    import shlex
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
-    parsed = []
-    for needle in (".venv/bin/python scripts/compare_cpu.py --task wide",
-                   "/work/main/.venv/bin/python scripts/compare_cpu.py --task wide"):
-        start = doc.index(needle)
-        line = doc[start:doc.index("```", start)].replace("\\\n", " ")
-        parsed.append(load_script("compare_cpu").parse_args(shlex.split(line)[2:]))
-    full, reduced = parsed
-    assert reduced.arms == ["grpo:8", "reinforce_plus_plus:1", "bv_blend:2"] and set(reduced.arms) < set(full.arms)
-    assert reduced.seeds == full.seeds == [0, 1, 2, 3, 4] and len(reduced.specs) == 15
-    same = ("steps", "test_freq", "val_samples", "rollouts_per_step", "pool", "warmup_steps", "task",
-            "distinct_train", "section", "regime_summary", "lr")
-    assert {k: getattr(reduced, k) for k in same} == {k: getattr(full, k) for k in same}

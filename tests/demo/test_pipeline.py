@@ -46,7 +46,7 @@ def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):
         s.val_samples, True, 1.0)
     assert rollout.val_kwargs.top_p == 1.0 and rollout.val_kwargs.top_k == -1  # plain sampling, like training
     assert (config.reward.custom_reward_function.path, config.reward.custom_reward_function.name) == (
-        reward.PATH, reward.NAME)
+        reward.PATH, reward.LAST_NUMBER_NAME)  # the model answers with the number only
     assert trainer.total_training_steps == s.steps and trainer.save_freq == -1
     defaults = _compose(verl_overrides(s, "bv_blend", prepared, tmp_path / "run"))
     assert (defaults.actor_rollout_ref.rollout.n, defaults.data.train_batch_size) == (s.n, s.batch)
@@ -198,13 +198,11 @@ def test_the_demo_says_which_cpu_it_runs_on_before_anything_else(tmp_path, monke
 
 
 def test_a_pretrained_runs_hang_guard_grows_with_its_steps():
-    """The fixed 30-minute guard killed SmolLM2's 40-step runs (the settings sweep's first run, 2026-12-03): a
-    pretrained model's bound grows with the steps, the tiny model's stays, and an explicit one wins."""
+    """The fixed 30-minute guard killed SmolLM2's 40-step runs (the settings sweep's first run, 2026-12-03): the
+    bound grows with the steps, and an explicit one wins."""
     from instruments.demo import pipeline
 
-    tiny = DemoSettings(work_dir=Path("w"), steps=40)
     smol = DemoSettings(work_dir=Path("w"), steps=40, model="smollm2")
-    assert tiny.run_timeout_s() == pipeline.TINY_RUN_TIMEOUT_S
     assert smol.run_timeout_s() == pipeline.PRETRAINED_START_TIMEOUT_S + 40 * pipeline.PRETRAINED_STEP_TIMEOUT_S
     assert smol.run_timeout_s() > 40 * 157  # the slowest step measured, beside another job
     assert DemoSettings(work_dir=Path("w"), model="smollm2", timeout_s=60.0).run_timeout_s() == 60.0
@@ -276,7 +274,6 @@ def test_a_pretrained_run_waits_longer_for_each_weight_bucket_unless_the_user_sa
     from instruments.demo import verl_run
 
     monkeypatch.delenv(SYNC_TIMEOUT_ENV, raising=False)
-    assert verl_run.run_env(DemoSettings(work_dir=Path("w"))) == {}  # the tiny model: the platform's default
     smol = DemoSettings(work_dir=Path("w"), model="smollm2")
     assert verl_run.run_env(smol) == {SYNC_TIMEOUT_ENV: str(verl_run.PRETRAINED_SYNC_TIMEOUT_S)}
     monkeypatch.setenv(SYNC_TIMEOUT_ENV, "90")

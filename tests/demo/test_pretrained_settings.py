@@ -37,16 +37,13 @@ def test_a_pretrained_model_composes_its_dtype_length_bypass_and_reward(tmp_path
     assert config.algorithm.rollout_correction.bypass_mode is True
     assert config.reward.custom_reward_function.name == "compute_last_number_score"
     assert config.actor_rollout_ref.actor.optim.lr == 1e-5
-    tiny = _compose(verl_overrides(DemoSettings(work_dir=tmp_path), "grpo", _prepared(tmp_path), tmp_path / "r"))
-    assert tiny.reward.custom_reward_function.name == "compute_score" and tiny.data.max_response_length == 16
-    assert tiny.algorithm.rollout_correction.bypass_mode is not True
 
 
 def test_the_keys_say_which_model_and_dtype_made_a_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tiny = DemoSettings(work_dir=tmp_path)
-    assert "model" not in tiny.preparation_key() and tiny.run_key() == {}  # the tiny model's keys are unchanged
     s = DemoSettings(work_dir=tmp_path, model="smollm2", dtype="fp32")
-    assert s.preparation_key()["model"] == "smollm2" and "warmup_steps" not in s.preparation_key()
+    # the keys of the committed pretrained-LM results, unchanged since the tiny model's settings left
+    assert s.preparation_key() == {"val_prompts": "120", "num_clusters": "8", "n_train": str(s.n_train), "seed": "0",
+                                   "model": "smollm2"}
     assert compare.settings_key(s)["dtype"] == "fp32"
     monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": False})
     assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"  # auto
@@ -99,7 +96,7 @@ def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -
     assert (estimator, overrides) == (compare.ARMS[arm].estimator, compare.ARMS[arm].overrides)
 
 
-def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_flags(monkeypatch, tmp_path) -> None:
+def test_the_demo_script_takes_the_pretrained_defaults_and_offers_no_tiny_model(monkeypatch, tmp_path) -> None:
     script = load_script("demo_cpu")
     monkeypatch.chdir(tmp_path)  # its default --work-dir, demo_out, is read from where it runs
     seen = {}
@@ -110,17 +107,15 @@ def test_the_demo_script_takes_the_pretrained_defaults_and_refuses_tiny_model_fl
     s = seen["s"]
     assert (s.model, s.task, s.distinct_train, s.lr, s.steps, s.batch) == ("smollm2", "wide", True, 1e-5, 4, 16)
     assert seen["recommended"]
-    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--warmup-steps", "10"])
-    with pytest.raises(SystemExit):
-        script.main()
-    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--model", "tiny", "--warmup-steps", "10"])
-    script.main()
-    assert seen["s"].model == "tiny" and seen["s"].warmup_steps == 10 and seen["s"].lr == 1e-4
+    for retired in (["--warmup-steps", "10"], ["--layers", "2"]):  # the tiny model's flags: a test fixture only
+        monkeypatch.setattr("sys.argv", ["demo_cpu.py", *retired])
+        with pytest.raises(SystemExit):
+            script.main()
 
 
 def test_the_demo_script_shows_its_defaults_and_bounds_held_out_prompts_by_the_task(monkeypatch, capsys) -> None:
-    """--help reads each default from the settings (a pretrained model's, the tiny model's where they differ); the
-    held-out bound is the task's (half its smallest family per family), not the tiny task's 125 for every model."""
+    """--help reads each default from the demo's settings; the held-out bound is the task's (half its smallest family
+    per family)."""
     from instruments.demo.task import held_out_problems, max_held_out
 
     script = load_script("demo_cpu")
@@ -129,15 +124,13 @@ def test_the_demo_script_shows_its_defaults_and_bounds_held_out_prompts_by_the_t
     with pytest.raises(SystemExit):
         script.main()
     shown = " ".join(capsys.readouterr().out.split())
-    tiny = DemoSettings(work_dir=Path("x"))
-    assert f"RL steps per method (default {PRETRAINED_DEMO['steps']}; with --model tiny {tiny.steps})" in shown
-    assert f"codebook size K (default {tiny.num_clusters})" in shown  # the same for both: shown once
+    assert f"RL steps per method (default {PRETRAINED_DEMO['steps']})" in shown
+    assert f"codebook size K (default {DemoSettings(work_dir=Path('x')).num_clusters})" in shown
     assert (max_held_out("demo"), max_held_out("wide")) == (125, 5000)  # tiny_sum's 50, echo3's 2,000 prompts
     assert len(held_out_problems(max_held_out("wide"), seed=0, task="wide")) == 5000
     with pytest.raises(ValueError, match="use at most 5000"):
         held_out_problems(5001, seed=0, task="wide")
-    for argv, refused in ((["--val-prompts", "5001"], "must be in 5..5000 for the 'wide' task"),
-                          (["--model", "tiny", "--val-prompts", "126"], "must be in 5..125 for the 'demo' task")):
+    for argv, refused in ((["--val-prompts", "5001"], "must be in 5..5000 for the 'wide' task"),):
         monkeypatch.setattr("sys.argv", ["demo_cpu.py", *argv])
         with pytest.raises(SystemExit):
             script.main()
