@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoModelForCausalLM
 
-    from instruments.demo import pretrained
     from instruments.machine import describe_cpu
+    from instruments.run import pretrained
 
     folder = pretrained.prepare_smollm2() if a.model == "smollm2" else a.model
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)

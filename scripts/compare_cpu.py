@@ -1,4 +1,4 @@
-"""Named arms (an estimator, its overrides, a group size: instruments/demo/compare.py, ARMS) on verl's stock trainer
+"""Named arms (an estimator, its overrides, a group size: instruments/compare/arms.py, ARMS) on verl's stock trainer
 on CPU: several seeds, the same rollout budget for every arm, validated on held-out prompts, every arm paired by
 seed with a reference arm; writes tables and a plot into results/benchmarks.md (results/benchmarks.md says more).
 
@@ -12,7 +12,7 @@ a run is not started where the machine has less available than the comparison's 
     python scripts/compare_cpu.py --seeds 0 --arms grpo:4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
 
 The no-revisit regime (issue 29; results/benchmarks.md, the pretrained-LM comparison, has its command): --task wide
---distinct-train (different problems, read once by every arm), its arms (instruments/demo/no_revisit.py), the
+--distinct-train (different problems, read once by every arm), its arms (instruments/compare/no_revisit.py), the
 offline priors made once when an arm reads them, and --regime-summary results/regime (the rule's pretrained_lm.json).
 The model is a pretrained LM (SmolLM2-135M-Instruct by default); the tiny model is a test fixture only.
 """
@@ -33,12 +33,16 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from instruments import regime
+from instruments.compare import arms as compare_arms
+from instruments.compare import no_revisit
+from instruments.compare import report as compare_report
+from instruments.compare import runs as compare_runs
 from instruments.cpu import memory
-from instruments.demo import compare, compare_report, no_revisit
-from instruments.demo.pipeline import SMOLLM2, DemoSettings, prepare
-from instruments.demo.task import TASKS
 from instruments.machine import describe_cpu
 from instruments.provenance import committed_file
+from instruments.run.prepare import prepare
+from instruments.run.settings import SMOLLM2, RunSettings
+from instruments.run.task import TASKS
 
 DEFAULT_ARMS = ["grpo:4", "bv_blend:4", "grpo:2", "bv_blend:2"]  # the first comparison's grid (results/benchmarks.md)
 
@@ -48,7 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("compare_out"), help="runs, results and the shared model")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, metavar="ARM:N",
-                   help=f"arms and their group sizes; arms: {', '.join(compare.ARMS)}")
+                   help=f"arms and their group sizes; arms: {', '.join(compare_arms.ARMS)}")
     p.add_argument("--reference", metavar="ARM:N", default=None,
                    help="the arm every other is paired with (default: grpo:8 if run, else the first of --arms)")
     p.add_argument("--rollouts-per-step", type=int, default=32, help="prompts x group size, the same for every arm")
@@ -57,13 +61,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 100)")
     p.add_argument("--test-freq", type=int, default=20, help="validate every this many steps (and before and after)")
     p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
-    p.add_argument("--lr", type=float, default=None, help=f"the actor's learning rate (default {DemoSettings.lr:g})")
+    p.add_argument("--lr", type=float, default=None, help=f"the actor's learning rate (default {RunSettings.lr:g})")
     p.add_argument("--settings", type=Path, default=None, metavar="FILE",
                    help="lr and steps from this committed file (results/regime/pretrained_lm_settings.json, written by "
                         "scripts/pretrained_settings.py): refused if uncommitted, changed, or beside --lr/--steps; "
                         "the report names its commit")
     p.add_argument("--task", choices=sorted(TASKS), default="demo",
-                   help="the task's families (instruments/demo/task.py; wide: enough for a pool never drawn twice)")
+                   help="the task's families (instruments/run/task.py; wide: enough for a pool never drawn twice)")
     p.add_argument("--distinct-train", action="store_true",
                    help="the training rows are --train-prompts different problems (no prompt twice in the pool)")
     p.add_argument("--docs", type=Path, default=Path("results/benchmarks.md"), help="markdown file the results go in")
@@ -94,13 +98,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
         p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
     try:
-        a.arm_sizes = [compare.parse_arm(text) for text in a.arms]
-        a.specs = compare.grid(a.arm_sizes, a.rollouts_per_step, a.seeds)
-        a.pool = compare.pool_size(a.specs, a.steps, a.train_prompts)
+        a.arm_sizes = [compare_arms.parse_arm(text) for text in a.arms]
+        a.specs = compare_arms.grid(a.arm_sizes, a.rollouts_per_step, a.seeds)
+        a.pool = compare_arms.pool_size(a.specs, a.steps, a.train_prompts)
         if a.reference is None:
             a.reference = ("grpo", 8) if ("grpo", 8) in a.arm_sizes else a.arm_sizes[0]
         else:
-            a.reference = compare.parse_arm(a.reference)
+            a.reference = compare_arms.parse_arm(a.reference)
             if a.reference not in a.arm_sizes:
                 raise ValueError(f"--reference {a.reference[0]}:{a.reference[1]} is not one of --arms")
         if a.regime_summary is not None:
@@ -115,7 +119,7 @@ def fixed_settings(a: argparse.Namespace) -> None:
     defaults. Both at once are refused: a comparison's settings are fixed before its runs, in one place."""
     a.settings_commit = None
     if a.settings is None:
-        a.lr = DemoSettings.lr if a.lr is None else a.lr
+        a.lr = RunSettings.lr if a.lr is None else a.lr
         a.steps = 100 if a.steps is None else a.steps
         return
     if a.lr is not None or a.steps is not None:
@@ -131,9 +135,9 @@ def fixed_settings(a: argparse.Namespace) -> None:
     a.lr, a.steps = float(fixed["lr"]), int(fixed["steps"])
 
 
-def demo_settings(a: argparse.Namespace) -> DemoSettings:
+def demo_settings(a: argparse.Namespace) -> RunSettings:
     # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
-    return DemoSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, val_samples=a.val_samples,
+    return RunSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, val_samples=a.val_samples,
                         test_freq=a.test_freq, n_train=a.pool, task=a.task, distinct_train=a.distinct_train,
                         model=a.model, dtype=a.dtype)
 
@@ -144,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM ends the process through Python's exit path, so that run_trainer's clean-up stops the verl run
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     s = demo_settings(a)
-    key = compare.settings_key(s)
-    todo = compare.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
+    key = compare_runs.settings_key(s)
+    todo = compare_runs.pending(a.out, a.specs, key)  # also refuses an --out made with other settings
     started = time.time()
     if a.report:
         if len(todo) == len(a.specs):
@@ -170,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
             runs.set_postfix_str(spec.name)
             with tqdm(total=a.steps, desc=f"  {spec.name}", unit="step", position=1, leave=False) as steps:
                 try:
-                    compare.run_one(s, prepared, a.out, spec, key, on_step=lambda step: steps.update(step - steps.n))
+                    compare_runs.run_one(s, prepared, a.out, spec, key,
+                                         on_step=lambda step: steps.update(step - steps.n))
                 except RuntimeError as e:  # a failed verl run: the others still run; a rerun retries this one
                     failed.append(spec.name)
                     tqdm.write(f"[compare] {spec.name} failed: {e}")
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
 def fits_or_exit(out: Path, specs: list, key: dict[str, str]) -> None:
     """Ends the comparison, keeping its finished runs, where the machine has less memory available than its runs held
     (instruments/cpu/memory.py): a run started beside another verl run would be killed for memory, not finish."""
-    needed = compare.memory_needed(out, specs, key)
+    needed = compare_runs.memory_needed(out, specs, key)
     if needed is None:
         return
     try:
@@ -199,12 +204,12 @@ def fits_or_exit(out: Path, specs: list, key: dict[str, str]) -> None:
                  "are kept); --no-memory-check starts the run anyway.")
 
 
-def write_report(a: argparse.Namespace, argv: list[str], s: DemoSettings, finished: list, wall_s: float | None,
+def write_report(a: argparse.Namespace, argv: list[str], s: RunSettings, finished: list, wall_s: float | None,
                  missing: list[str] = ()) -> None:
     """Tables and plot of the ``finished`` runs into ``--docs`` (and its PNG); ``missing`` marks them partial.
     ``wall_s``: this invocation's time, None where it ran no verl run (a report, or every run already finished)."""
-    key = compare.settings_key(s)
-    results = [compare.load_result(a.out, spec, key) for spec in finished]
+    key = compare_runs.settings_key(s)
+    results = [compare_runs.load_result(a.out, spec, key) for spec in finished]
     suffix = "cpu" if a.section == compare_report.SECTION else a.section  # one plot per section
     png = a.docs.with_name(f"{a.docs.stem}_{suffix}.png")
     compare_report.plot_comparison(results, png, a.reference)

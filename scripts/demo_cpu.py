@@ -15,12 +15,13 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, check_demo, demo_plan, run_demo
-from instruments.demo.task import families_of, max_held_out
+from instruments.demo.pipeline import DEMO_DEFAULTS, check_demo, demo_plan, run_demo
+from instruments.run.settings import RunSettings
+from instruments.run.task import families_of, max_held_out
 
 
 def main() -> None:
-    base = DemoSettings(work_dir=Path("demo_out"), **PRETRAINED_DEMO)  # the defaults --help shows
+    base = RunSettings(work_dir=Path("demo_out"), **DEMO_DEFAULTS)  # the defaults --help shows
 
     def default(name: str) -> str:
         return f"default {getattr(base, name)}"
@@ -47,8 +48,8 @@ def main() -> None:
                    help="run nothing: rewrite the table, plot and summary from the runs in --work-dir (same flags)")
     p.add_argument("--seed", type=int, default=base.seed, help=f"the runs' seed ({default('seed')})")
     a = p.parse_args()
-    given = {f.name: getattr(a, f.name) for f in fields(DemoSettings) if getattr(a, f.name, None) is not None}
-    s = DemoSettings(**{**PRETRAINED_DEMO, **given})
+    given = {f.name: getattr(a, f.name) for f in fields(RunSettings) if getattr(a, f.name, None) is not None}
+    s = RunSettings(**{**DEMO_DEFAULTS, **given})
     if min(s.steps, s.batch, s.test_freq, s.val_samples) < 1 or s.n < 2:
         p.error("--steps, --batch, --test-freq and --val-samples must be >= 1, --n >= 2 (a group)")
     families, most = families_of(s.task).values(), max_held_out(s.task)

@@ -1,5 +1,5 @@
 """What each arm's mechanism did in a comparison: verl's loss, gradient norm, score and response length, and each
-estimator's own counters, averaged over the finished runs' steps and seeds (instruments/demo/mechanisms.py).
+estimator's own counters, averaged over the finished runs' steps and seeds (instruments/compare/mechanisms.py).
 
     python scripts/mechanisms.py results/regime/pretrained_lm_runs/comparison/runs
     python scripts/mechanisms.py results/regime/pretrained_lm_runs/comparison/runs \\
@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=None, help="write the tables between --section's markers here")
     parser.add_argument("--section", default="compare_pretrained_lm_mechanisms", help="the markers' name in --docs")
     args = parser.parse_args(argv)
-    from instruments.demo import compare_report, mechanisms
+    from instruments.compare import mechanisms
+    from instruments.compare import report as compare_report
 
     try:
         tables = mechanisms.markdown(args.runs)

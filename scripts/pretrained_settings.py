@@ -1,5 +1,5 @@
 """Fixes the pretrained-LM comparison's learning rate and step count on GRPO n=8 alone (results/regime.md, "The
-pretrained-LM comparison"), by the committed selection rules (instruments/demo/selection.py), before any
+pretrained-LM comparison"), by the committed selection rules (instruments/compare/selection.py), before any
 other arm runs; writes results/regime/pretrained_lm_settings.json.
 
     python scripts/pretrained_settings.py --out /work/runs/pretrained_sweep            # run (resumes), then choose
@@ -46,8 +46,8 @@ def finished_curves(out: Path) -> dict[float, list[dict[str, float]]]:
 
 
 def choose(curves: dict[float, list[dict[str, float]]]) -> dict:
-    """The rules of instruments/demo/selection.py on the sweep's curves; refuses an incomplete sweep."""
-    from instruments.demo import selection
+    """The rules of instruments/compare/selection.py on the sweep's curves; refuses an incomplete sweep."""
+    from instruments.compare import selection
 
     missing = {lr: len(SELECTION_SEEDS) - len(curves.get(lr, [])) for lr in SELECTION_LRS}
     if any(missing.values()):
@@ -59,7 +59,7 @@ def choose(curves: dict[float, list[dict[str, float]]]) -> dict:
     chosen_steps = selection.choose_steps(steps, mean, EVAL_EVERY, MAX_STEPS)
     return {"lr": lr, "steps": chosen_steps, "finals_by_lr": {f"{k:g}": v for k, v in finals.items()},
             "chosen_curve": dict(zip(map(str, steps), mean.tolist(), strict=True)),
-            "rules": "instruments/demo/selection.py: choose_lr, choose_steps", "seeds": list(SELECTION_SEEDS)}
+            "rules": "instruments/compare/selection.py: choose_lr, choose_steps", "seeds": list(SELECTION_SEEDS)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,40 +18,11 @@ A folder holding several comparisons (the settings sweep: one per learning rate)
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-RESULT = "result.json"
-PREPARED = "prepared"
-
-
-def state_files(root: Path) -> list[Path]:
-    """The state under ``root``, relative to it: every comparison's ``prepared/`` files, and its finished runs' results
-    and metrics (an unfinished run's metrics stay: it resumes from its own folder)."""
-    from instruments.demo.resume import metrics_files
-
-    files = []
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
-            continue
-        rel = path.relative_to(root)
-        if path.name == RESULT and rel.parent.parent.name == "runs":
-            files += [rel, *(m.relative_to(root) for m in metrics_files(path.parent) if m.is_file())]
-        elif PREPARED in rel.parts[:-1]:
-            files.append(rel)
-    return sorted(files)
-
-
-def copy_state(source: Path, target: Path) -> list[Path]:
-    """Copies the state of ``source`` into ``target`` (files there are replaced); returns what it copied."""
-    if not source.is_dir():
-        raise FileNotFoundError(f"{source} is not a folder: give the comparison's --out folder (or the state's)")
-    files = state_files(source)
-    for rel in files:
-        (target / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / rel, target / rel)
-    return files
+from instruments.compare.runs import RESULT_FILE
+from instruments.compare.state import copy_state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"[state] {e}", file=sys.stderr)
         return 2
-    results = sum(rel.name == RESULT for rel in files)
+    results = sum(rel.name == RESULT_FILE for rel in files)
     print(f"[state] {a.action}: {len(files)} files ({results} finished runs) from {source} to {target}")
     return 0
 

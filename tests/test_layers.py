@@ -9,6 +9,7 @@ inside functions."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +32,12 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "allocation": 0,                                # the oracle (Knapsack) allocation of the regime's limits
     "rule": 1,                                      # the one rule that judges every arm (results/regime.md)
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads
-    "cpu": 1,                                       # verl's stock trainer on CPU (imports verl, never the glue)
-    "demo": 3,                                      # the CPU main job and the comparison harness (its regime summary)
-    "lab": 4,                                       # the logistic lab (simulated RLVR)
+    "cpu": 3,                                       # verl's stock trainer on CPU (imports verl, never the glue)
+    "run": 4,                                       # ONE verl run on CPU: settings, task, models, launch, reading
+    "compare": 5,                                   # many runs: the arms, their results, the reports, the regime's
+    "lab": 5,                                       # the logistic lab (simulated RLVR)
+    "tuning": 5,                                    # each arm's own learning rate (issue 56)
+    "demo": 6,                                      # the main job: GRPO vs BV-Blend, and the recommended setting
 }  # fmt: skip
 # What an instrument must not import from the product: the CPU platform runs verl's trainer, whatever plugin it loads.
 INSTRUMENT_FORBIDDEN: dict[str, tuple[str, ...]] = {"cpu": ("bv_blend.verl",)}
@@ -142,9 +146,110 @@ def test_the_check_sees_the_product_import_an_instrument(monkeypatch):
 
 
 def test_the_check_sees_an_instrument_import_up(monkeypatch):
-    """The check itself: the CPU platform importing the demo above it, or the plugin's glue, is caught."""
+    """The check itself: the CPU platform importing the demo above it, or the plugin's glue, is caught; so is one
+    verl run reaching up into the comparison (what the settings' old home, the demo's pipeline, made a circle of)."""
     module = INSTRUMENTS / "cpu" / "launch.py"
     source = "from instruments.demo import pipeline\nfrom bv_blend.verl import records\nfrom bv_blend.core import rows"
     monkeypatch.setattr(Path, "read_text", lambda self: source)
-    assert _wrong_instrument_imports(module) == ["instruments.demo (layer 3 from layer 1)",
+    assert _wrong_instrument_imports(module) == ["instruments.demo (layer 6 from layer 3)",
                                                  "bv_blend.verl (the plugin's glue, from cpu)"]
+    run = INSTRUMENTS / "run" / "verl_run.py"
+    monkeypatch.setattr(Path, "read_text", lambda self: "from instruments.compare.arms import ARMS\n")
+    assert _wrong_instrument_imports(run) == ["instruments.compare.arms (layer 5 from layer 4)"]
+
+
+# ------------------------------------------------------------------------------------------- no import cycle
+def _module_name(path: Path) -> str:
+    """``instruments/run/settings.py`` -> ``instruments.run.settings``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, modules: set[str], source: str | None = None) -> set[str]:
+    """The modules of ``modules`` that ``path`` (or ``source``, as if it were there) imports, anywhere in it (at the
+    top, inside a function, under ``TYPE_CHECKING``): ``from a.b import c`` counts as ``a.b.c`` where that is a
+    module, else as ``a.b``."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's own package, up level - 1
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for name in names:  # the longest prefix that is one of the modules (import a.b.c imports a.b.c)
+            parts = name.split(".")
+            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules),
+                          None)
+            if target is not None and target != _module_name(path):
+                found.add(target)
+    return found
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    paths = sorted(root.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    return {_module_name(p): _imported_modules(p, modules) for p in paths}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm): each holds an import cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> Iterator[None]:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                yield from visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+        yield
+
+    for node in sorted(graph):
+        if node not in index:
+            for _ in visit(node):
+                pass
+    return found
+
+
+def test_no_import_cycle_among_the_instruments():
+    """Every instrument module imports one way: no two of them import each other, directly or around a circle, not
+    even lazily (a lazy import hides a circle; it does not remove it)."""
+    graph = _import_graph(INSTRUMENTS)
+    assert len(graph) > 20 and not (cycles := _cycles(graph)), f"import cycles among the instruments: {cycles}"
+
+
+def test_the_cycle_check_sees_a_lazy_circle():
+    """The check itself, on a made-up graph and on source: a module that a lower one imports back inside a function
+    is a cycle."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    module = INSTRUMENTS / "regime.py"
+    source = "from instruments import rule\ndef f():\n    from instruments.regime import ARMS\n"
+    modules = {"instruments.regime", "instruments.rule"}
+    assert _imported_modules(module, modules, source) == {"instruments.rule"}  # its own name is no edge
+    sources = {module: source, INSTRUMENTS / "rule.py": "def g():\n    from instruments import regime\n"}
+    graph = {_module_name(path): _imported_modules(path, modules, text) for path, text in sources.items()}
+    assert _cycles(graph) == [["instruments.regime", "instruments.rule"]]

@@ -3,7 +3,7 @@
 The dumps are written by verl's own writer (``PPOTrainer._write_generations``, what ``trainer.validation_data_dir``
 calls) with what verl puts in them: each sample's prompt ids (left-padded, as in verl's batches) decoded with the
 tokenizer's ``skip_special_tokens=True``, and its key ``{uid}_{session}_{index}`` under a fresh uuid. The tokenizer
-is the demo's real one (instruments.demo.model), the rows the demo's task. The command the dry run prints is composed
+is the demo's real one (instruments.run.tiny), the rows the demo's task. The command the dry run prints is composed
 by verl's real ``main_ppo`` with ``--cfg job``, which exits before Ray or any model starts.
 """
 
@@ -34,8 +34,8 @@ from bv_blend.history.priors import (
 )
 from bv_blend.verl import offline_priors
 from bv_blend.verl.offline_priors import compose, plan, prompt_renderer, render_training_prompts, val_only_overrides
-from instruments.demo import model as tiny
-from instruments.demo.task import write_task
+from instruments.run import tiny
+from instruments.run.task import write_task
 from tests._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """instruments/stats.py (rollouts to reach the reference, the intervals, the one way reports write them) and the
-settings' selection rules (instruments/demo/selection.py)."""
+settings' selection rules (instruments/compare/selection.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from instruments import stats
-from instruments.demo import selection
+from instruments.compare import selection
 
 X = np.array([0, 10, 20, 30, 40]) * 64
 

@@ -15,17 +15,20 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
+from instruments.compare import arms as compare_arms
+from instruments.compare import report as compare_report
+from instruments.compare import runs as compare_runs
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, compare_report, report, run_logs
-from instruments.demo.pipeline import DemoSettings, Prepared
-from instruments.demo.verl_run import MEMORY_FILE, verl_overrides
+from instruments.run import report, run_logs
+from instruments.run.settings import Prepared, RunSettings
+from instruments.run.verl_run import MEMORY_FILE, verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
 
 # ------------------------------------------------------------------------------------------------------- arms
 def test_grid_gives_every_arm_the_same_rollout_budget_seeds_outermost():
-    specs = compare.grid([("grpo", 8), ("spo", 1), ("spo_sampler", 1), ("bv_blend_prompt", 2)], 32, [0, 1])
+    specs = compare_arms.grid([("grpo", 8), ("spo", 1), ("spo_sampler", 1), ("bv_blend_prompt", 2)], 32, [0, 1])
     assert [(s.arm, s.n, s.batch, s.seed, s.estimator) for s in specs[:4]] == [
         ("grpo", 8, 4, 0, "grpo"), ("spo", 1, 32, 0, "spo"), ("spo_sampler", 1, 32, 0, "spo"),
         ("bv_blend_prompt", 2, 16, 0, "bv_blend")]
@@ -33,9 +36,9 @@ def test_grid_gives_every_arm_the_same_rollout_budget_seeds_outermost():
     assert len(specs) == 8 and {s.n * s.batch for s in specs} == {32}
     assert len({s.name for s in specs}) == 8 and specs[2].name == "spo_sampler_n1_seed0"
     assert specs[2].samples_by_history and not specs[1].samples_by_history
-    assert specs[2].overrides == compare.SAMPLER and specs[3].overrides == compare.PROMPT_LEVEL
+    assert specs[2].overrides == compare_arms.SAMPLER and specs[3].overrides == compare_arms.PROMPT_LEVEL
     # the same arm at two group sizes is two arms
-    assert [s.name for s in compare.grid([("grpo", 4), ("grpo", 2)], 8, [0])] == ["grpo_n4_seed0", "grpo_n2_seed0"]
+    assert [s.name for s in compare_arms.grid([("grpo", 4), ("grpo", 2)], 8, [0])] == ["grpo_n4_seed0", "grpo_n2_seed0"]
 
 
 @pytest.mark.parametrize(("arms", "seeds", "match"), [
@@ -47,22 +50,22 @@ def test_grid_gives_every_arm_the_same_rollout_budget_seeds_outermost():
 ])
 def test_grid_refuses_bad_settings(arms, seeds, match):
     with pytest.raises(ValueError, match=match):
-        compare.grid(arms, 32, seeds)
+        compare_arms.grid(arms, 32, seeds)
 
 
 def test_arms_are_parsed_as_arm_colon_group_size():
-    assert compare.parse_arm("spo_sampler:1") == ("spo_sampler", 1)
+    assert compare_arms.parse_arm("spo_sampler:1") == ("spo_sampler", 1)
     for text, match in [("grpo", "not ARM:N"), ("grpo:x", "not ARM:N"), ("gpro:8", "unknown arm 'gpro'")]:
         with pytest.raises(ValueError, match=match):
-            compare.parse_arm(text)
+            compare_arms.parse_arm(text)
 
 
 def test_the_pool_is_steps_times_the_largest_batch_unless_given():
-    specs = compare.grid([("grpo", 8), ("spo", 1)], 32, [0])
-    assert compare.pool_size(specs, 60, None) == 60 * 32  # the old behaviour: every row seen once
-    assert compare.pool_size(specs, 60, 320) == 320
+    specs = compare_arms.grid([("grpo", 8), ("spo", 1)], 32, [0])
+    assert compare_arms.pool_size(specs, 60, None) == 60 * 32  # the old behaviour: every row seen once
+    assert compare_arms.pool_size(specs, 60, 320) == 320
     with pytest.raises(ValueError, match="smaller than the largest batch"):
-        compare.pool_size(specs, 60, 16)
+        compare_arms.pool_size(specs, 60, 16)
 
 
 def _compose(overrides: list[str]):
@@ -76,24 +79,24 @@ def _prepared(tmp_path: Path) -> Prepared:
                     codebook=tmp_path / "codebook.npz")
 
 
-@pytest.mark.parametrize("arm", list(compare.ARMS))
+@pytest.mark.parametrize("arm", list(compare_arms.ARMS))
 def test_every_arm_composes_with_verl_config_and_a_small_pool_gets_the_epochs_it_needs(tmp_path, arm):
     """Every key an arm overrides exists in verl's config (hydra refuses unknown keys), and a pool of 320 rows runs
     60 steps: verl stops after trainer.total_epochs passes, whatever total_training_steps says."""
-    spec = compare.grid([(arm, 1)], 32, [3])[0]
-    s = DemoSettings(work_dir=tmp_path, steps=60, n_train=320)
+    spec = compare_arms.grid([(arm, 1)], 32, [3])[0]
+    s = RunSettings(work_dir=tmp_path, steps=60, n_train=320)
     priors = tmp_path / "priors.json"
     config = _compose(verl_overrides(s, spec.estimator, _prepared(tmp_path), tmp_path / "run", n=spec.n,
-                                     batch=spec.batch, seed=spec.seed, extra=compare.run_overrides(spec, priors)))
-    assert config.algorithm.adv_estimator == compare.ARMS[arm].estimator
+                                     batch=spec.batch, seed=spec.seed, extra=compare_arms.run_overrides(spec, priors)))
+    assert config.algorithm.adv_estimator == compare_arms.ARMS[arm].estimator
     # an arm with priors reads the preparation's file, under the option of its estimator; no other arm reads one
     reads = {"spo": config.algorithm.get("spo", {}).get("offline_values"),
              "bv_blend": config.algorithm.bv_blend.prior_file}
-    assert reads == {e: str(priors) if compare.ARMS[arm].reads_priors and e == spec.estimator else None
+    assert reads == {e: str(priors) if compare_arms.ARMS[arm].reads_priors and e == spec.estimator else None
                      for e in reads}
     assert (config.actor_rollout_ref.rollout.n, config.data.train_batch_size) == (1, 32)
-    assert config.data.history_sampler.enable is compare.ARMS[arm].samples_by_history
-    if compare.ARMS[arm].samples_by_history:  # what bv_blend/verl/sampler.py requires
+    assert config.data.history_sampler.enable is compare_arms.ARMS[arm].samples_by_history
+    if compare_arms.ARMS[arm].samples_by_history:  # what bv_blend/verl/sampler.py requires
         assert config.data.shuffle is True and config.data.dataloader_num_workers == 0
     level = "prompt_and_cluster" if "prompt" in arm else "cluster"
     assert config.algorithm.bv_blend.history_level == level
@@ -102,10 +105,10 @@ def test_every_arm_composes_with_verl_config_and_a_small_pool_gets_the_epochs_it
 
 
 def test_the_epochs_follow_the_pool_and_an_arm_cannot_override_the_demos_keys(tmp_path):
-    s = DemoSettings(work_dir=tmp_path, steps=60, n_train=320)
+    s = RunSettings(work_dir=tmp_path, steps=60, n_train=320)
     overrides = verl_overrides(s, "grpo", _prepared(tmp_path), tmp_path / "run", n=8, batch=4)
     assert "trainer.total_epochs=1" in overrides  # 80 batches of 4 an epoch
-    default = DemoSettings(work_dir=tmp_path, steps=60)  # the demo: steps x batch rows, one epoch as before
+    default = RunSettings(work_dir=tmp_path, steps=60)  # the demo: steps x batch rows, one epoch as before
     assert "trainer.total_epochs=1" in verl_overrides(default, "grpo", _prepared(tmp_path), tmp_path / "run")
     # 320 // 48 = 6 whole batches an epoch (verl drops the rest): 10 epochs
     assert "trainer.total_epochs=10" in verl_overrides(s, "grpo", _prepared(tmp_path), tmp_path / "run", batch=48)
@@ -118,10 +121,10 @@ def test_the_epochs_follow_the_pool_and_an_arm_cannot_override_the_demos_keys(tm
 # ---------------------------------------------------------------------------------------------- bookkeeping
 @pytest.fixture
 def setup(tmp_path):
-    s = DemoSettings(work_dir=tmp_path / "prepared", steps=4, test_freq=2)
+    s = RunSettings(work_dir=tmp_path / "prepared", steps=4, test_freq=2)
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
-    return s, prepared, tmp_path / "out", compare.settings_key(s)
+    return s, prepared, tmp_path / "out", compare_runs.settings_key(s)
 
 
 def _fake_verl(calls: list, interrupt_for: str | None = None, **fake):
@@ -146,27 +149,27 @@ def write_fake_run_into(folder: Path, method: str, **fake) -> None:
 
 def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monkeypatch):
     s, prepared, out, key = setup
-    specs = compare.grid([("grpo", 4), ("bv_blend_prompt", 4)], 8, [0])
+    specs = compare_arms.grid([("grpo", 4), ("bv_blend_prompt", 4)], 8, [0])
     calls: list = []
-    monkeypatch.setattr(compare, "run_method", _fake_verl(calls, interrupt_for=specs[1].name))
-    compare.run_one(s, prepared, out, specs[0], key)
+    monkeypatch.setattr(compare_runs, "run_method", _fake_verl(calls, interrupt_for=specs[1].name))
+    compare_runs.run_one(s, prepared, out, specs[0], key)
     with pytest.raises(KeyboardInterrupt):
-        compare.run_one(s, prepared, out, specs[1], key)
+        compare_runs.run_one(s, prepared, out, specs[1], key)
     # the interrupted run left files but no result: it is still pending, the finished one is not
-    assert (compare.run_dir(out, specs[1]) / "metrics.jsonl").exists()
-    assert compare.pending(out, specs, key) == [specs[1]]
+    assert (compare_runs.run_dir(out, specs[1]) / "metrics.jsonl").exists()
+    assert compare_runs.pending(out, specs, key) == [specs[1]]
     fresh = {"own_start": True, "empty_first": False, "checkpoint_every": s.test_freq, "resume_from": None}
     assert calls == [("grpo", {"n": 4, "batch": 2, "seed": 0, "extra": (), **fresh}),
-                     ("bv_blend", {"n": 4, "batch": 2, "seed": 0, "extra": compare.PROMPT_LEVEL, **fresh})]
+                     ("bv_blend", {"n": 4, "batch": 2, "seed": 0, "extra": compare_arms.PROMPT_LEVEL, **fresh})]
     # restart: only the pending run runs again, in an emptied folder (it left no checkpoint to resume from)
-    (compare.run_dir(out, specs[1]) / "leftover.txt").write_text("from the interrupted attempt")
-    monkeypatch.setattr(compare, "run_method", _fake_verl(calls))
-    for spec in compare.pending(out, specs, key):
-        compare.run_one(s, prepared, out, spec, key)
-    assert compare.pending(out, specs, key) == []
-    assert not (compare.run_dir(out, specs[1]) / "leftover.txt").exists()
+    (compare_runs.run_dir(out, specs[1]) / "leftover.txt").write_text("from the interrupted attempt")
+    monkeypatch.setattr(compare_runs, "run_method", _fake_verl(calls))
+    for spec in compare_runs.pending(out, specs, key):
+        compare_runs.run_one(s, prepared, out, spec, key)
+    assert compare_runs.pending(out, specs, key) == []
+    assert not (compare_runs.run_dir(out, specs[1]) / "leftover.txt").exists()
     assert [c[0] for c in calls] == ["grpo", "bv_blend", "bv_blend"]
-    result = compare.load_result(out, specs[1], key)
+    result = compare_runs.load_result(out, specs[1], key)
     assert result["spec"]["arm"] == "bv_blend_prompt" and set(result["validation"]) == {"0", "2", "4"}
     assert result["summary"]["signal ratio"] == pytest.approx(0.875)
 
@@ -188,7 +191,7 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
     log (verl saves inside the step): the run resumes from step 2, the later checkpoint and step 3's files go, and the
     result reads the two attempts as one run, the same as a run never interrupted."""
     s, prepared, out, key = setup
-    spec = compare.grid([("bv_blend", 4)], 8, [0])[0]
+    spec = compare_arms.grid([("bv_blend", 4)], 8, [0])[0]
     whole = write_fake_run(out.parent / "whole", "bv_blend")
     calls: list = []
 
@@ -203,27 +206,27 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
     def second_attempt(s, method, prepared, folder, **run):
         calls.append(run)
         assert not (folder / "rollouts" / "3.jsonl").exists(), "step 3 of the dead attempt was left"
-        assert compare.resume.checkpoint_steps(folder) == [2]
+        assert compare_runs.resume.checkpoint_steps(folder) == [2]
         _copy_steps(whole, folder, range(3, 5))
         (folder / "checkpoints" / "global_step_4").mkdir()
         return folder
 
-    monkeypatch.setattr(compare, "run_method", first_attempt)
+    monkeypatch.setattr(compare_runs, "run_method", first_attempt)
     with pytest.raises(KeyboardInterrupt):
-        compare.run_one(s, prepared, out, spec, key)
-    folder = compare.run_dir(out, spec)
-    assert compare.resume.resume_step(folder) == 2
-    monkeypatch.setattr(compare, "run_method", second_attempt)
-    result = compare.run_one(s, prepared, out, spec, key)
+        compare_runs.run_one(s, prepared, out, spec, key)
+    folder = compare_runs.run_dir(out, spec)
+    assert compare_runs.resume.resume_step(folder) == 2
+    monkeypatch.setattr(compare_runs, "run_method", second_attempt)
+    result = compare_runs.run_one(s, prepared, out, spec, key)
     assert [(c["own_start"], c["resume_from"]) for c in calls] == [
         (True, None), (False, folder / "checkpoints" / "global_step_2")]
     assert result["resumed_from_steps"] == [2] and result["attempt_cpus"] == [result["cpu"]] * 2
     assert (folder / "metrics.part1.jsonl").is_file() and (folder / "verl.part1.log").read_text() == "attempt 1\n"
     assert not (folder / "checkpoints").exists(), "a finished run keeps its ~1.6 GB checkpoints"
-    assert len(compare.resume.read_attempts(folder)) == 2
+    assert len(compare_runs.resume.read_attempts(folder)) == 2
 
-    monkeypatch.setattr(compare, "run_method", _fake_verl([]))
-    uninterrupted = compare.run_one(s, prepared, out.parent / "out2", spec, key)
+    monkeypatch.setattr(compare_runs, "run_method", _fake_verl([]))
+    uninterrupted = compare_runs.run_one(s, prepared, out.parent / "out2", spec, key)
     same = ("validation", "families_after", "signal", "visits")
     assert {k: result[k] for k in same} == {k: uninterrupted[k] for k in same}
     timeless = {k: v for k, v in result["summary"].items() if "time" not in k and "steps s" not in k}
@@ -232,11 +235,11 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
 
 
 def test_a_result_keeps_the_most_memory_its_attempts_held_which_the_next_run_needs(setup, monkeypatch):
-    """Each attempt's memory.json (instruments/demo/verl_run.py writes it after verl exits) goes into its record; the
+    """Each attempt's memory.json (instruments/run/verl_run.py writes it after verl exits) goes into its record; the
     result keeps the largest; an attempt that measured nothing does not inherit an earlier attempt's file."""
     s, prepared, out, key = setup
-    specs = compare.grid([("grpo", 4), ("bv_blend", 4)], 8, [0])
-    assert compare.memory_needed(out, specs, key) is None
+    specs = compare_arms.grid([("grpo", 4), ("bv_blend", 4)], 8, [0])
+    assert compare_runs.memory_needed(out, specs, key) is None
 
     whole = write_fake_run(out.parent / "whole", "bv_blend")
 
@@ -254,18 +257,18 @@ def test_a_result_keeps_the_most_memory_its_attempts_held_which_the_next_run_nee
             return folder
         return run_method
 
-    monkeypatch.setattr(compare, "run_method", holding(7.5))
-    assert compare.run_one(s, prepared, out, specs[0], key)["peak_memory_gib"] == 7.5
-    assert compare.memory_needed(out, specs, key) == (7.5, specs[0].name)
-    monkeypatch.setattr(compare, "run_method", holding(9.0, range(0, 4), interrupt=True))
+    monkeypatch.setattr(compare_runs, "run_method", holding(7.5))
+    assert compare_runs.run_one(s, prepared, out, specs[0], key)["peak_memory_gib"] == 7.5
+    assert compare_runs.memory_needed(out, specs, key) == (7.5, specs[0].name)
+    monkeypatch.setattr(compare_runs, "run_method", holding(9.0, range(0, 4), interrupt=True))
     with pytest.raises(KeyboardInterrupt):
-        compare.run_one(s, prepared, out, specs[1], key)
-    monkeypatch.setattr(compare, "run_method", holding(None, range(3, 5)))  # the resumed attempt measured nothing
-    result = compare.run_one(s, prepared, out, specs[1], key)
-    attempts = compare.resume.read_attempts(compare.run_dir(out, specs[1]))
+        compare_runs.run_one(s, prepared, out, specs[1], key)
+    monkeypatch.setattr(compare_runs, "run_method", holding(None, range(3, 5)))  # the resumed attempt measured nothing
+    result = compare_runs.run_one(s, prepared, out, specs[1], key)
+    attempts = compare_runs.resume.read_attempts(compare_runs.run_dir(out, specs[1]))
     assert "peak_memory_gib" not in attempts[-1] and result["resumed_from_steps"] == [2]
     assert "peak_memory_gib" not in result  # the first attempt died before its record was closed
-    assert compare.memory_needed(out, specs, key) == (7.5, specs[0].name)
+    assert compare_runs.memory_needed(out, specs, key) == (7.5, specs[0].name)
 
 
 def test_the_script_starts_no_run_the_machine_cannot_hold(tmp_path, monkeypatch):
@@ -273,14 +276,14 @@ def test_the_script_starts_no_run_the_machine_cannot_hold(tmp_path, monkeypatch)
     refused before verl starts, naming the need, unless --no-memory-check."""
     script = load_script("compare_cpu")
     out = tmp_path / "out"
-    first, second = compare.grid([("grpo", 4), ("spo", 1)], 32, [0])
+    first, second = compare_arms.grid([("grpo", 4), ("spo", 1)], 32, [0])
     argv = ["--out", str(out), "--arms", "grpo:4", "spo:1", "--seeds", "0", "--docs", str(tmp_path / "bench.md")]
-    key = compare.settings_key(script.demo_settings(script.parse_args(argv)))
-    compare.fresh_run_dir(out, first)
-    compare.save_result(out, first, {"spec": first.describe(), "settings": key, "peak_memory_gib": 1e6})
+    key = compare_runs.settings_key(script.demo_settings(script.parse_args(argv)))
+    compare_runs.fresh_run_dir(out, first)
+    compare_runs.save_result(out, first, {"spec": first.describe(), "settings": key, "peak_memory_gib": 1e6})
     ran = []
     monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
-    monkeypatch.setattr(compare, "run_one", lambda s, prepared, out, spec, key, on_step: ran.append(spec.name))
+    monkeypatch.setattr(compare_runs, "run_one", lambda s, prepared, out, spec, key, on_step: ran.append(spec.name))
     monkeypatch.setattr(script, "write_report", lambda *a, **k: None)
     with pytest.raises(SystemExit, match=r"held 1000000\.0 GiB \(the most of this comparison's finished runs, "
                                          r"grpo_n4_seed0\).*--no-memory-check starts the run anyway"):
@@ -298,7 +301,7 @@ def test_runs_only_runs_the_pending_runs_and_writes_no_report(tmp_path, monkeypa
     argv = ["--out", str(tmp_path / "out"), "--arms", "grpo:4", "spo:1", "--seeds", "0", "--docs", str(docs)]
     ran, reported = [], []
     monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
-    monkeypatch.setattr(compare, "run_one", lambda s, prepared, out, spec, key, on_step: ran.append(spec.name))
+    monkeypatch.setattr(compare_runs, "run_one", lambda s, prepared, out, spec, key, on_step: ran.append(spec.name))
     monkeypatch.setattr(script, "write_report", lambda *a, **k: reported.append(a))
     script.main([*argv, "--runs-only"])
     assert ran == ["grpo_n4_seed0", "spo_n1_seed0"] and reported == [] and not docs.exists()
@@ -312,7 +315,7 @@ def test_a_run_verl_finished_whose_reading_failed_is_read_again_not_resumed(setu
     """verl exited 0 and the reader raised (a model's U+2028 in a dump, before bv_blend.core.jsonl): the rerun reads
     the folder as it is. Resuming from its last checkpoint would have trained a step past the run's end."""
     s, prepared, out, key = setup
-    spec = compare.grid([("grpo", 4)], 8, [0])[0]
+    spec = compare_arms.grid([("grpo", 4)], 8, [0])[0]
 
     def finished_with_checkpoints(s, method, prepared, folder, **run):
         write_fake_run_into(folder, method)
@@ -323,25 +326,25 @@ def test_a_run_verl_finished_whose_reading_failed_is_read_again_not_resumed(setu
     def broken_reader(*args, **kwargs):
         raise ValueError("a reader's bug")
 
-    monkeypatch.setattr(compare, "run_method", finished_with_checkpoints)
-    monkeypatch.setattr(compare.report, "read_run", broken_reader)
+    monkeypatch.setattr(compare_runs, "run_method", finished_with_checkpoints)
+    monkeypatch.setattr(compare_runs.report, "read_run", broken_reader)
     with pytest.raises(ValueError, match="a reader's bug"):
-        compare.run_one(s, prepared, out, spec, key)
-    folder = compare.run_dir(out, spec)
-    assert compare.resume.completed(folder, s.steps) and not compare.resume.completed(folder, s.steps + 1)
-    verl_end = compare.verl_ended_utc(compare.resume.read_attempts(folder))
+        compare_runs.run_one(s, prepared, out, spec, key)
+    folder = compare_runs.run_dir(out, spec)
+    assert compare_runs.resume.completed(folder, s.steps) and not compare_runs.resume.completed(folder, s.steps + 1)
+    verl_end = compare_runs.verl_ended_utc(compare_runs.resume.read_attempts(folder))
 
     monkeypatch.undo()
-    monkeypatch.setattr(compare, "run_method", lambda *a, **k: pytest.fail("verl ran again"))
+    monkeypatch.setattr(compare_runs, "run_method", lambda *a, **k: pytest.fail("verl ran again"))
     seen: list[int] = []
-    result = compare.run_one(s, prepared, out, spec, key, on_step=seen.append)
+    result = compare_runs.run_one(s, prepared, out, spec, key, on_step=seen.append)
     assert set(result["validation"]) == {"0", "2", "4"} and "resumed_from_steps" not in result
     assert result["ended_utc"] == verl_end and seen == [s.steps]
-    assert len(compare.resume.read_attempts(folder)) == 1 and not (folder / "checkpoints").exists()
+    assert len(compare_runs.resume.read_attempts(folder)) == 1 and not (folder / "checkpoints").exists()
 
 
 def test_an_open_attempt_is_not_taken_for_a_finished_run(tmp_path):
-    from instruments.demo import resume
+    from instruments.run import resume
 
     write_fake_run(tmp_path / "r")
     resume.start_attempt(tmp_path / "r", None)  # verl died after logging its last step, before the attempt closed
@@ -351,7 +354,7 @@ def test_an_open_attempt_is_not_taken_for_a_finished_run(tmp_path):
 
 
 def test_resume_step_needs_a_checkpoint_whose_step_was_logged(tmp_path):
-    from instruments.demo import resume
+    from instruments.run import resume
 
     assert resume.resume_step(tmp_path) is None  # nothing yet
     (tmp_path / "checkpoints" / "global_step_4").mkdir(parents=True)
@@ -363,13 +366,13 @@ def test_resume_step_needs_a_checkpoint_whose_step_was_logged(tmp_path):
 
 def test_a_changed_arm_definition_refuses_its_old_results(setup, monkeypatch):
     s, prepared, out, key = setup
-    spec = compare.grid([("spo", 1)], 8, [0])[0]
-    monkeypatch.setattr(compare, "run_method", _fake_verl([]))
-    compare.run_one(s, prepared, out, spec, key)
-    assert compare.pending(out, [spec], key) == []
-    changed = compare.RunSpec(spec.arm, spec.n, spec.batch, spec.seed, spec.estimator, ("algorithm.spo.x=1",))
+    spec = compare_arms.grid([("spo", 1)], 8, [0])[0]
+    monkeypatch.setattr(compare_runs, "run_method", _fake_verl([]))
+    compare_runs.run_one(s, prepared, out, spec, key)
+    assert compare_runs.pending(out, [spec], key) == []
+    changed = compare_arms.RunSpec(spec.arm, spec.n, spec.batch, spec.seed, spec.estimator, ("algorithm.spo.x=1",))
     with pytest.raises(ValueError, match="was made with other settings"):
-        compare.pending(out, [changed], key)
+        compare_runs.pending(out, [changed], key)
 
 
 # rollouts at n=1: every group is all-equal; with dump times that give known gaps between steps
@@ -385,7 +388,7 @@ SAMPLER_METRICS = {step: {"sampler/weight_entropy": 5.0 + step, "sampler/p_hat_m
 def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_the_time_between_steps(
         setup, monkeypatch):
     s, prepared, out, key = setup
-    spec = compare.grid([("spo_sampler", 1)], 4, [0])[0]
+    spec = compare_arms.grid([("spo_sampler", 1)], 4, [0])[0]
 
     def fake(s, method, prepared, folder, **run):
         write_fake_run_into(folder, method, rollouts=N1_ROLLOUTS, extra_metrics=SAMPLER_METRICS)
@@ -393,8 +396,8 @@ def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_
             os.utime(folder / "rollouts" / f"{step}.jsonl", (t, t))
         return folder
 
-    monkeypatch.setattr(compare, "run_method", fake)
-    summary = compare.run_one(s, prepared, out, spec, key)["summary"]
+    monkeypatch.setattr(compare_runs, "run_method", fake)
+    summary = compare_runs.run_one(s, prepared, out, spec, key)["summary"]
     assert (summary["all-right %"], summary["all-wrong %"], summary["all-equal %"]) == (75.0, 25.0, 100.0)
     assert math.isnan(summary["signal ratio"])  # not defined for SPO
     assert summary["max |A|"] == 7.0  # |min| of step 3
@@ -405,14 +408,14 @@ def test_an_n1_sampler_run_reports_all_equal_groups_max_abs_a_sampler_means_and_
     assert summary["between steps s"] == pytest.approx(3.5)
     assert summary["adv time ms"] == pytest.approx(200.0)  # steps 2-4: 0.2, 0.1, 0.3 s
     # a run resumed from step 2: the gap 2->3 spans the interruption and a start-up, and is left out
-    metrics = report.read_run_metrics(compare.run_dir(out, spec))
-    rollouts = compare.run_dir(out, spec) / "rollouts"
+    metrics = report.read_run_metrics(compare_runs.run_dir(out, spec))
+    rollouts = compare_runs.run_dir(out, spec) / "rollouts"
     assert run_logs.between_steps_s(metrics, rollouts, resumed_from=[2]) == pytest.approx(5.0)
-    table = compare_report.summary_table([compare.load_result(out, spec, key)])
+    table = compare_report.summary_table([compare_runs.load_result(out, spec, key)])
     row = table.loc["spo_sampler n=1 (4 prompts)"]
     assert row["all-equal % (right + wrong)"] == "100.0 (75.0 + 25.0)" and row["signal ratio"] == "n/a"
     assert row["max abs(A)"] == "7.00" and row["between steps s"] == "3.500"
-    sampler = compare_report.sampler_table([compare.load_result(out, spec, key)])
+    sampler = compare_report.sampler_table([compare_runs.load_result(out, spec, key)])
     assert sampler.loc["spo_sampler n=1 (4 prompts)", "sampler/weight_entropy"] == "7.500"
 
 
@@ -420,7 +423,7 @@ def test_progress_follows_the_last_step_verl_logged(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     seen: list[int] = []
     stop = threading.Event()
-    follower = threading.Thread(target=compare.follow_steps, args=(metrics, seen.append, stop, 0.01))
+    follower = threading.Thread(target=compare_runs.follow_steps, args=(metrics, seen.append, stop, 0.01))
     follower.start()
     try:
         time.sleep(0.05)  # no file yet: nothing reported
@@ -442,20 +445,20 @@ def _wait_for(condition, timeout_s: float = 10.0) -> None:
 
 def test_half_written_result_is_not_taken_for_finished(setup):
     s, prepared, out, key = setup
-    spec = compare.grid([("grpo", 4)], 8, [0])[0]
-    folder = compare.fresh_run_dir(out, spec)
+    spec = compare_arms.grid([("grpo", 4)], 8, [0])[0]
+    folder = compare_runs.fresh_run_dir(out, spec)
     (folder / "result.tmp").write_text("{")
-    assert compare.pending(out, [spec], key) == [spec]
+    assert compare_runs.pending(out, [spec], key) == [spec]
 
 
 def test_results_made_with_other_settings_are_refused(setup, monkeypatch):
     s, prepared, out, key = setup
-    spec = compare.grid([("grpo", 4)], 8, [0])[0]
-    monkeypatch.setattr(compare, "run_method", _fake_verl([]))
-    compare.run_one(s, prepared, out, spec, key)
-    other = compare.settings_key(DemoSettings(work_dir=s.work_dir, steps=8, test_freq=2))
+    spec = compare_arms.grid([("grpo", 4)], 8, [0])[0]
+    monkeypatch.setattr(compare_runs, "run_method", _fake_verl([]))
+    compare_runs.run_one(s, prepared, out, spec, key)
+    other = compare_runs.settings_key(RunSettings(work_dir=s.work_dir, steps=8, test_freq=2))
     with pytest.raises(ValueError, match="was made with other settings.*Use another --out folder"):
-        compare.pending(out, [spec], other)
+        compare_runs.pending(out, [spec], other)
     # another pool is another setting
-    bigger = compare.settings_key(DemoSettings(work_dir=s.work_dir, steps=4, test_freq=2, n_train=320))
+    bigger = compare_runs.settings_key(RunSettings(work_dir=s.work_dir, steps=4, test_freq=2, n_train=320))
     assert bigger != key and bigger["n_train"] == "320"

@@ -10,8 +10,11 @@ import subprocess
 
 import pytest
 
-from instruments.demo import compare, compare_report, pairing
-from instruments.demo.pipeline import DemoSettings
+from instruments.compare import arms as compare_arms
+from instruments.compare import pairing
+from instruments.compare import report as compare_report
+from instruments.compare import runs as compare_runs
+from instruments.run.settings import RunSettings
 from tests._scripts import load_script
 
 
@@ -23,7 +26,8 @@ def test_mean_ci_is_a_t_interval_over_seeds():
 
 
 def _result(arm, n, seed, after, before=0.3, curve=None, rollouts=32):
-    spec = compare.RunSpec(arm, n, rollouts // n, seed, compare.ARMS[arm].estimator, compare.ARMS[arm].overrides)
+    arm_of = compare_arms.ARMS[arm]
+    spec = compare_arms.RunSpec(arm, n, rollouts // n, seed, arm_of.estimator, arm_of.overrides)
     validation = curve or {0: before, 10: (before + after) / 2, 20: after}
     return {"spec": spec.describe(),
             "validation": {str(k): v for k, v in validation.items()},
@@ -233,15 +237,15 @@ def test_script_takes_lr_and_steps_from_a_committed_settings_file_only(tmp_path,
     settings.write_text(json.dumps({"lr": 2e-5, "steps": 40}))
     refused(["--settings", str(settings)], f"differs from its commit {commit}")
     a = script.parse_args(arms)  # without the file: the flags' defaults, and no commit to name
-    assert (a.lr, a.steps, a.settings_commit) == (DemoSettings.lr, 100, None)
+    assert (a.lr, a.steps, a.settings_commit) == (RunSettings.lr, 100, None)
 
 
 def test_script_refuses_an_out_folder_made_with_other_settings(tmp_path, monkeypatch):
     script = load_script("compare_cpu")
     out = tmp_path / "out"
-    spec = compare.grid([("grpo", 4)], 32, [0])[0]
-    folder = compare.fresh_run_dir(out, spec)
-    (folder / compare.RESULT_FILE).write_text(json.dumps({"settings": {"steps": "5"}, "spec": {}}))
+    spec = compare_arms.grid([("grpo", 4)], 32, [0])[0]
+    folder = compare_runs.fresh_run_dir(out, spec)
+    (folder / compare_runs.RESULT_FILE).write_text(json.dumps({"settings": {"steps": "5"}, "spec": {}}))
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("prepared before checking the out folder"))
     with pytest.raises(ValueError, match="was made with other settings"):
         script.main(["--out", str(out), "--arms", "grpo:4", "--seeds", "0"])
@@ -255,11 +259,11 @@ def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_pat
         ran.append(spec.name)
         if spec.arm == "grpo":
             raise RuntimeError("verl's trainer failed for grpo (exit 1)")
-        compare.fresh_run_dir(out, spec)
-        compare.save_result(out, spec, {"spec": {}, "settings": {}})
+        compare_runs.fresh_run_dir(out, spec)
+        compare_runs.save_result(out, spec, {"spec": {}, "settings": {}})
 
     monkeypatch.setattr(script, "prepare", lambda *a, **k: None)
-    monkeypatch.setattr(compare, "run_one", run_one)
+    monkeypatch.setattr(compare_runs, "run_one", run_one)
     (tmp_path / "out").mkdir()
     with pytest.raises(SystemExit, match=r"1 run\(s\) failed: grpo_n4_seed0.*run the same command again"):
         script.main(["--out", str(tmp_path / "out"), "--arms", "grpo:4", "spo:1", "--seeds", "0",
@@ -270,9 +274,9 @@ def test_script_runs_the_other_runs_when_one_fails_and_writes_no_results(tmp_pat
 def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_path, monkeypatch, capsys):
     script = load_script("compare_cpu")
     key = {"settings": "of this comparison"}
-    monkeypatch.setattr(compare, "settings_key", lambda s: key)
+    monkeypatch.setattr(compare_runs, "settings_key", lambda s: key)
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("--report prepared a run"))
-    monkeypatch.setattr(compare, "run_one", lambda *a, **k: pytest.fail("--report started a run"))
+    monkeypatch.setattr(compare_runs, "run_one", lambda *a, **k: pytest.fail("--report started a run"))
     out, doc = tmp_path / "out", tmp_path / "bench.md"
     doc.write_text(f"# Bench\n\n{compare_report.BEGIN}\nnot in yet\n{compare_report.END}\n")
     args = ["--out", str(out), "--arms", "grpo:8", "spo_sampler:1", "--train-prompts", "64", "--seeds", "0", "1",
@@ -280,10 +284,10 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     with pytest.raises(SystemExit, match="no run .* has finished yet"):
         script.main(args)
     for spec in script.parse_args(args).specs[:3]:  # seed 0 of both arms, seed 1 of grpo
-        compare.fresh_run_dir(out, spec)
+        compare_runs.fresh_run_dir(out, spec)
         record = _result(spec.arm, spec.n, spec.seed, 0.5 + 0.01 * spec.seed)
         record["summary"]["sampler/weight_entropy"] = 4.0
-        compare.save_result(out, spec, {**record, "settings": key})
+        compare_runs.save_result(out, spec, {**record, "settings": key})
     script.main(args)
     text = doc.read_text()
     assert "**Partial results: 3 of 4 runs.** Not run yet: spo_sampler_n1_seed1." in text
@@ -292,8 +296,9 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     assert "--report" not in command and "| grpo n=8 (4 prompts) | 2 |" in text  # the command that completes it
     assert "train prompts=64" in text and "reference=grpo:8" in text
     assert "| spo_sampler n=1 (32 prompts) | 4.000 |" in text  # the sampler's table
-    compare.fresh_run_dir(out, script.parse_args(args).specs[3])  # every run finished: --report still ran none
-    compare.save_result(out, script.parse_args(args).specs[3], {**_result("spo_sampler", 1, 1, 0.5), "settings": key})
+    compare_runs.fresh_run_dir(out, script.parse_args(args).specs[3])  # every run finished: --report still ran none
+    compare_runs.save_result(out, script.parse_args(args).specs[3],
+                             {**_result("spo_sampler", 1, 1, 0.5), "settings": key})
     script.main(args)
     text = doc.read_text()
     assert "Partial results" not in text and "wall for this invocation" not in text

@@ -1,4 +1,4 @@
-"""instruments/demo/mechanisms.py and scripts/mechanisms.py: each arm's verl columns and estimator counters, averaged
+"""instruments/compare/mechanisms.py and scripts/mechanisms.py: each arm's verl columns and estimator counters, averaged
 over a run's training steps and then its seeds, from runs in verl's metrics format and from the committed runs of
 the pretrained-LM comparison."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from instruments.demo import mechanisms
+from instruments.compare import mechanisms
 from tests._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ def _run(runs: Path, name: str, arm: str, pg_losses: list[float] | None, own: di
          resumed_after: int | None = None) -> None:
     """A finished run folder as compare.py leaves it: its result, and verl's file-logger lines (step 0 is the
     validation before training, without a step time); a resumed run's first attempt keeps its steps up to
-    ``resumed_after`` in ``metrics.part1.jsonl`` (instruments/demo/resume.py)."""
+    ``resumed_after`` in ``metrics.part1.jsonl`` (instruments/run/resume.py)."""
     folder = runs / name
     folder.mkdir(parents=True)
     (folder / "result.json").write_text(json.dumps({"spec": {"arm": arm, "n": 8, "batch": 8, "seed": 0}}))

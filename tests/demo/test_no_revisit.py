@@ -16,11 +16,15 @@ from hydra.core.global_hydra import GlobalHydra
 
 from bv_blend.codebook import CLUSTER_KEY
 from instruments import regime, stats
+from instruments.compare import arms as compare_arms
+from instruments.compare import no_revisit
+from instruments.compare import report as compare_report
+from instruments.compare import runs as compare_runs
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, compare_report, no_revisit, pipeline
-from instruments.demo.pipeline import DemoSettings, Prepared
-from instruments.demo.task import WIDE_FAMILIES, read_questions
-from instruments.demo.verl_run import verl_overrides
+from instruments.run import prepare as run_prepare
+from instruments.run.settings import Prepared, RunSettings
+from instruments.run.task import WIDE_FAMILIES, read_questions
+from instruments.run.verl_run import verl_overrides
 from tests._scripts import load_script
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
@@ -30,8 +34,8 @@ COMMAND = ["--task", "wide", "--distinct-train", "--train-prompts", "1920", "--a
            "--val-samples", "4", "--section", "compare_cpu_regime", "--regime-summary"]
 
 
-def _wide(work_dir: Path, **changes) -> DemoSettings:
-    return DemoSettings(work_dir=work_dir, steps=60, val_samples=4, test_freq=20, n_train=1920,
+def _wide(work_dir: Path, **changes) -> RunSettings:
+    return RunSettings(work_dir=work_dir, steps=60, val_samples=4, test_freq=20, n_train=1920,
                         **({"task": "wide", "distinct_train": True} | changes))
 
 
@@ -53,10 +57,10 @@ def prepared_wide(tmp_path, monkeypatch):
         frame.to_parquet(s.work_dir / "clusters" / "train.parquet")
         return s.work_dir / "clusters" / "codebook.npz", s.work_dir / "clusters" / "train.parquet"
 
-    monkeypatch.setattr(pipeline, "prepare_pretrained", fake_model)
-    monkeypatch.setattr(pipeline, "build_clusters", fake_clusters)
+    monkeypatch.setattr(run_prepare, "prepare_pretrained", fake_model)
+    monkeypatch.setattr(run_prepare, "build_clusters", fake_clusters)
     s = _wide(tmp_path / "prepared")
-    return s, pipeline.prepare(s)
+    return s, run_prepare.prepare(s)
 
 
 def test_the_wide_pool_holds_1920_distinct_problems_disjoint_from_the_held_out_split(prepared_wide):
@@ -74,22 +78,22 @@ def test_the_wide_pool_holds_1920_distinct_problems_disjoint_from_the_held_out_s
 def test_a_preparation_or_results_of_another_task_are_refused(prepared_wide):
     s, _ = prepared_wide
     with pytest.raises(ValueError, match=r"prepared with other settings \(task: wide -> unset;"):
-        pipeline.prepare(_wide(s.work_dir, task="demo"), reuse=True)
+        run_prepare.prepare(_wide(s.work_dir, task="demo"), reuse=True)
     with pytest.raises(ValueError, match=r"\(distinct_train: True -> unset;"):
-        pipeline.prepare(_wide(s.work_dir, distinct_train=False), reuse=True)
-    assert pipeline.prepare(_wide(s.work_dir), reuse=True).train == s.work_dir / "clusters" / "train.parquet"
+        run_prepare.prepare(_wide(s.work_dir, distinct_train=False), reuse=True)
+    assert run_prepare.prepare(_wide(s.work_dir), reuse=True).train == s.work_dir / "clusters" / "train.parquet"
     # the demo's key is the one it had before the task joined it: its old preparations and results stay readable
-    assert "task" not in DemoSettings(work_dir=s.work_dir).preparation_key()
-    assert compare.settings_key(_wide(s.work_dir)) != compare.settings_key(_wide(s.work_dir, task="demo"))
+    assert "task" not in RunSettings(work_dir=s.work_dir).preparation_key()
+    assert compare_runs.settings_key(_wide(s.work_dir)) != compare_runs.settings_key(_wide(s.work_dir, task="demo"))
 
 
 def test_codebook_nmi_against_the_families(tmp_path):
     infos = [{"family": f, CLUSTER_KEY: c} for f, c in [("a", 0), ("a", 0), ("b", 1), ("b", 1)]]
     pd.DataFrame({"extra_info": infos}).to_parquet(tmp_path / "t.parquet")
-    assert pipeline.codebook_nmi(tmp_path / "t.parquet") == pytest.approx(1.0)
+    assert run_prepare.codebook_nmi(tmp_path / "t.parquet") == pytest.approx(1.0)
     infos = [{**i, CLUSTER_KEY: 3} for i in infos]  # one cluster: says nothing of the families
     pd.DataFrame({"extra_info": infos}).to_parquet(tmp_path / "t.parquet")
-    assert pipeline.codebook_nmi(tmp_path / "t.parquet") == pytest.approx(0.0)
+    assert run_prepare.codebook_nmi(tmp_path / "t.parquet") == pytest.approx(0.0)
 
 
 # ------------------------------------------------------------------------------------------------------ the arms
@@ -99,7 +103,7 @@ def test_the_regime_arms_are_the_regimes_and_its_command_parses():
     assert set(no_revisit.RUN_ORDER) | set(no_revisit.COMPANION_ARMS) == set(no_revisit.REGIME_ARMS)
     for key in no_revisit.COMPANION_ARMS:  # each runs one of compare's arms at the regime arm's group size
         arm, n = no_revisit.REGIME_ARMS[key]
-        assert arm in compare.ARMS and n == regime.ARMS[key].n
+        assert arm in compare_arms.ARMS and n == regime.ARMS[key].n
     a = load_script("compare_cpu").parse_args([*COMMAND, "results/regime"])
     assert a.pool == 1920 and a.reference == ("grpo", 8) and (a.task, a.distinct_train) == ("wide", True)
     assert [s.name for s in a.specs[:9]] == [f"{arm}_n{n}_seed0" for arm, n in
@@ -118,9 +122,9 @@ def test_every_regime_arm_composes_and_reads_its_1920_rows_in_one_epoch(tmp_path
     prepared = Prepared(model=tmp_path / "m", train=tmp_path / "t.parquet", val=tmp_path / "v.parquet",
                         codebook=tmp_path / "c.npz", priors=tmp_path / "priors.json")
     for key, (arm, n) in no_revisit.REGIME_ARMS.items():
-        spec = compare.grid([(arm, n)], 32, [0])[0]
+        spec = compare_arms.grid([(arm, n)], 32, [0])[0]
         config = _compose(verl_overrides(s, spec.estimator, prepared, tmp_path / "run", n=n, batch=spec.batch,
-                                         seed=0, extra=compare.run_overrides(spec, prepared.priors)))
+                                         seed=0, extra=compare_arms.run_overrides(spec, prepared.priors)))
         # one pass over the pool, shuffled by the seed: 60 batches never reach a row twice (GRPO n=8: 240 rows)
         assert (config.trainer.total_epochs, config.data.shuffle, config.data.seed) == (1, True, 0), key
         assert 60 * config.data.train_batch_size <= 1920 and config.actor_rollout_ref.rollout.n == n
@@ -132,7 +136,7 @@ def test_every_regime_arm_composes_and_reads_its_1920_rows_in_one_epoch(tmp_path
             assert config.algorithm.bv_blend.prior_file == str(prepared.priors)
         assert regime.ARMS[key].priors == spec.reads_priors
     with pytest.raises(ValueError, match="reads the offline priors, and the preparation has none"):
-        compare.run_overrides(compare.grid([("spo_priors", 1)], 32, [0])[0], None)
+        compare_arms.run_overrides(compare_arms.grid([("spo_priors", 1)], 32, [0])[0], None)
 
 
 # ---------------------------------------------------------------------------------------------------- the priors
@@ -162,7 +166,7 @@ def test_the_priors_are_made_once_by_bv_blend_priors_and_their_rollouts_recorded
 
 # ---------------------------------------------------------------------------------------------------- the visits
 def test_visits_are_counted_in_the_rollout_dump_and_kept_with_the_result(tmp_path, monkeypatch):
-    s = DemoSettings(work_dir=tmp_path / "prepared", steps=4, test_freq=2)
+    s = RunSettings(work_dir=tmp_path / "prepared", steps=4, test_freq=2)
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY, priors=tmp_path / "priors.json")
     prepared.priors.write_text("{}")
@@ -177,23 +181,23 @@ def test_visits_are_counted_in_the_rollout_dump_and_kept_with_the_result(tmp_pat
             item.rename(folder / item.name)
         tmp.rmdir()
 
-    key = compare.settings_key(s)
-    monkeypatch.setattr(compare, "run_method", lambda *a, **k: fake(*a, rollouts=once, **k))
-    spec = compare.grid([("spo_priors", 1)], 2, [0])[0]
-    result = compare.run_one(s, prepared, tmp_path / "out", spec, key)
+    key = compare_runs.settings_key(s)
+    monkeypatch.setattr(compare_runs, "run_method", lambda *a, **k: fake(*a, rollouts=once, **k))
+    spec = compare_arms.grid([("spo_priors", 1)], 2, [0])[0]
+    result = compare_runs.run_one(s, prepared, tmp_path / "out", spec, key)
     assert result["visits"] == {"max": 1.0, "mean": 1.0, "prompts": 8.0, "draws": 8.0}
     assert passed == [(f"++algorithm.spo.offline_values={prepared.priors}",)]
-    assert result["priors_sha256"] == compare.file_sha256(prepared.priors)
+    assert result["priors_sha256"] == compare_runs.file_sha256(prepared.priors)
     # when and from which code (a comparison spans sessions and machines): UTC times in order, the checkout's commit
     from datetime import datetime
 
     assert datetime.fromisoformat(result["started_utc"]) <= datetime.fromisoformat(result["ended_utc"])
-    assert result["started_utc"].endswith("+00:00") and result["commit"].split("+")[0] == compare.code_commit(
+    assert result["started_utc"].endswith("+00:00") and result["commit"].split("+")[0] == compare_runs.code_commit(
         ).split("+")[0] and len(result["commit"].split("+")[0]) == 40
     assert "filter_groups" not in result  # dynamic sampling's counts are kept only for runs that logged them
     # _fake_run.ROLLOUTS: "Add 1 and 1." twice at step 1 (two uids) and once at step 2, "Add 2 and 5." at both steps
-    monkeypatch.setattr(compare, "run_method", lambda *a, **k: fake(*a, **k))
-    result = compare.run_one(s, prepared, tmp_path / "out", compare.grid([("grpo", 2)], 4, [0])[0], key)
+    monkeypatch.setattr(compare_runs, "run_method", lambda *a, **k: fake(*a, **k))
+    result = compare_runs.run_one(s, prepared, tmp_path / "out", compare_arms.grid([("grpo", 2)], 4, [0])[0], key)
     assert result["visits"] == {"max": 3.0, "mean": 2.0, "prompts": 3.0, "draws": 6.0}
 
 
@@ -208,16 +212,16 @@ PREPARATION = {"key": {"num_clusters": "8"}, "codebook_nmi": 0.42, "train": "t.p
 
 
 def _save_results(out: Path, seeds=(0, 1, 2), extra_reference_seed: bool = True, sha: str = "ab12") -> list:
-    """Result files as compare.save_result writes them: curves 0.20, 0.25, 0.28, then the final at step 60."""
+    """Result files as compare_runs.save_result writes them: curves 0.20, 0.25, 0.28, then the final at step 60."""
     specs = []
     for key in no_revisit.RUN_ORDER:
         arm, n = no_revisit.REGIME_ARMS[key]
         for seed in (*seeds, 3) if key == "grpo8" and extra_reference_seed else seeds:
-            spec = compare.grid([(arm, n)], 32, [seed])[0]
+            spec = compare_arms.grid([(arm, n)], 32, [seed])[0]
             final = REF_FINAL[seed % 3] + DELTAS[key][seed % 3]
             validation = {"0": 0.20, "20": 0.25, "40": 0.28, "60": final}
-            compare.fresh_run_dir(out, spec)
-            compare.save_result(out, spec, {
+            compare_runs.fresh_run_dir(out, spec)
+            compare_runs.save_result(out, spec, {
                 "spec": spec.describe(), "settings": {"of": "the fixture"}, "validation": validation,
                 "summary": {"val before": 0.20, "val after": final}, "wall_s": 600.0,
                 "visits": {"max": 1.0, "mean": 1.0, "prompts": 60.0 * spec.batch, "draws": 60.0 * spec.batch},
@@ -227,7 +231,7 @@ def _save_results(out: Path, seeds=(0, 1, 2), extra_reference_seed: bool = True,
 
 
 def _load(out: Path, specs: list) -> list[dict]:
-    return [compare.load_result(out, spec, {"of": "the fixture"}) for spec in specs]
+    return [compare_runs.load_result(out, spec, {"of": "the fixture"}) for spec in specs]
 
 
 def test_the_summary_pairs_every_arm_with_grpo8_and_counts_the_priors(tmp_path):
@@ -337,7 +341,7 @@ def test_the_summary_refuses_what_it_cannot_judge(tmp_path):
 
 def test_the_script_reports_into_its_own_section_and_writes_the_regime_summary(tmp_path, monkeypatch):
     script = load_script("compare_cpu")
-    monkeypatch.setattr(compare, "settings_key", lambda s: {"of": "the fixture"})
+    monkeypatch.setattr(compare_runs, "settings_key", lambda s: {"of": "the fixture"})
     monkeypatch.setattr(script, "prepare", lambda *a, **k: pytest.fail("--report prepared a run"))
     out, doc = tmp_path / "out", tmp_path / "bench.md"
     (out / "prepared").mkdir(parents=True)

@@ -17,9 +17,11 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import reward
-from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared, check_demo, demo_plan, prepare
-from instruments.demo.verl_run import verl_overrides
+from instruments.demo.pipeline import DEMO_DEFAULTS, check_demo, demo_plan
+from instruments.run import reward
+from instruments.run.prepare import prepare
+from instruments.run.settings import Prepared, RunSettings
+from instruments.run.verl_run import verl_overrides
 from tests.demo._fake_run import QUESTION_FAMILY, write_fake_run
 
 
@@ -31,7 +33,7 @@ def _compose(overrides: list[str]):
 
 
 def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):
-    s = DemoSettings(work_dir=tmp_path)
+    s = RunSettings(work_dir=tmp_path)
     prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
                         codebook=tmp_path / "codebook.npz")
     config = _compose(verl_overrides(s, "grpo", prepared, tmp_path / "run", n=2, batch=16, seed=3))
@@ -53,7 +55,7 @@ def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):
 
 
 def test_the_second_run_skips_its_validation_before_training_and_nothing_else_changes(tmp_path):
-    s = DemoSettings(work_dir=tmp_path)
+    s = RunSettings(work_dir=tmp_path)
     prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
                         codebook=tmp_path / "codebook.npz")
     first = _compose(verl_overrides(s, "grpo", prepared, tmp_path / "run"))
@@ -85,7 +87,7 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
         return 0
 
     monkeypatch.setattr(launch, "run_trainer", fake_run_trainer)
-    s = DemoSettings(work_dir=tmp_path, steps=4, test_freq=2, val_samples=2)
+    s = RunSettings(work_dir=tmp_path, steps=4, test_freq=2, val_samples=2)
     table = pipeline.run_demo(s)
     assert [(r["trainer.experiment_name"], r["trainer.val_before_train"], r["actor_rollout_ref.rollout.val_kwargs.n"])
             for r in runs] == [("grpo", "true", "2"), ("bv_blend", "false", "2")]
@@ -109,15 +111,15 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
 
 
 def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):
-    assert DemoSettings(work_dir=tmp_path, steps=30, batch=16).n_train == 480
-    assert DemoSettings(work_dir=tmp_path, n_train=5000).n_train == 5000
+    assert RunSettings(work_dir=tmp_path, steps=30, batch=16).n_train == 480
+    assert RunSettings(work_dir=tmp_path, n_train=5000).n_train == 5000
 
 
 def test_the_demo_refuses_before_it_writes_anything_and_names_the_fix(tmp_path):
-    s = DemoSettings(work_dir=tmp_path / "out", **PRETRAINED_DEMO)
+    s = RunSettings(work_dir=tmp_path / "out", **DEMO_DEFAULTS)
     check_demo(s)  # a new folder: nothing to refuse
     (tmp_path / "file").touch()
-    too_many = DemoSettings(work_dir=s.work_dir, **{**PRETRAINED_DEMO, "steps": 1000})
+    too_many = RunSettings(work_dir=s.work_dir, **{**DEMO_DEFAULTS, "steps": 1000})
     for settings, report_only, error, message in [
         (replace(s, work_dir=tmp_path / "file"), False, ValueError, "is a file: pass a folder"),
         (s, True, FileNotFoundError, "holds no demo .*run it first, without --report-only"),
@@ -144,7 +146,7 @@ def test_with_the_recommended_run_the_pool_holds_a_fresh_prompt_for_every_step_o
 
     monkeypatch.setattr(pipeline, "recommended_run", lambda: ("recommended: one a prompt", "reinforce_plus_plus", 1,
                                                               ()))  # fmt: skip
-    s = DemoSettings(work_dir=tmp_path, **PRETRAINED_DEMO)
+    s = RunSettings(work_dir=tmp_path, **DEMO_DEFAULTS)
     planned, plan = demo_plan(s, recommended=True)
     assert [run[0] for run in plan] == ["grpo", "bv_blend", "recommended: one a prompt"]
     assert (s.n_train, planned.n_train) == (16 * 16, 16 * 64) and demo_plan(s)[0] == s
@@ -160,12 +162,12 @@ def test_reusing_a_preparation_made_with_other_settings_is_refused(tmp_path):
     marker = tmp_path / "prepared.json"
     marker.write_text('{"key": {"warmup_steps": "1"}}')
     with pytest.raises(ValueError, match="was prepared with other settings"):
-        prepare(DemoSettings(work_dir=tmp_path), reuse=True)
+        prepare(RunSettings(work_dir=tmp_path), reuse=True)
     assert marker.read_text() == '{"key": {"warmup_steps": "1"}}'
 
 
 def test_warmup_refuses_a_format_share_outside_0_1():
-    from instruments.demo.warmup import supervised_warmup
+    from instruments.run.tiny import supervised_warmup
 
     with pytest.raises(ValueError, match="format_share=0.0 must be in"):
         supervised_warmup(model=None, tokenizer=None, steps=1, format_share=0.0)
@@ -176,7 +178,7 @@ def test_clusters_per_family_counts_annotated_rows(tmp_path):
     import pandas as pd
 
     from bv_blend.codebook import CLUSTER_KEY
-    from instruments.demo.pipeline import clusters_per_family
+    from instruments.run.prepare import clusters_per_family
 
     rows = [("echo", 0), ("echo", 3), ("echo", 0), ("big_sum", 6)]
     pd.DataFrame({"extra_info": [{"family": f, CLUSTER_KEY: c} for f, c in rows]}).to_parquet(tmp_path / "t.parquet")
@@ -192,7 +194,7 @@ def test_the_demo_says_which_cpu_it_runs_on_before_anything_else(tmp_path, monke
 
     monkeypatch.setattr(pipeline, "prepare", stop)
     with pytest.raises(RuntimeError, match="stopped"):
-        pipeline.run_demo(DemoSettings(work_dir=tmp_path))
+        pipeline.run_demo(RunSettings(work_dir=tmp_path))
     first = capsys.readouterr().out.splitlines()[0]
     assert first == f"[demo] {describe_cpu()}" and first.startswith("[demo] CPU: ")
 
@@ -200,24 +202,24 @@ def test_the_demo_says_which_cpu_it_runs_on_before_anything_else(tmp_path, monke
 def test_a_pretrained_runs_hang_guard_grows_with_its_steps():
     """The fixed 30-minute guard killed SmolLM2's 40-step runs (the settings sweep's first run, 2026-12-03): the
     bound grows with the steps, and an explicit one wins."""
-    from instruments.demo import pipeline
+    from instruments.run import settings as run_settings
 
-    smol = DemoSettings(work_dir=Path("w"), steps=40, model="smollm2")
-    assert smol.run_timeout_s() == pipeline.PRETRAINED_START_TIMEOUT_S + 40 * pipeline.PRETRAINED_STEP_TIMEOUT_S
+    smol = RunSettings(work_dir=Path("w"), steps=40, model="smollm2")
+    assert smol.run_timeout_s() == run_settings.PRETRAINED_START_TIMEOUT_S + 40 * run_settings.PRETRAINED_STEP_TIMEOUT_S
     assert smol.run_timeout_s() > 40 * 157  # the slowest step measured, beside another job
-    assert DemoSettings(work_dir=Path("w"), model="smollm2", timeout_s=60.0).run_timeout_s() == 60.0
+    assert RunSettings(work_dir=Path("w"), model="smollm2", timeout_s=60.0).run_timeout_s() == 60.0
 
 
 def test_a_run_empties_its_folder_unless_the_caller_prepared_it(tmp_path, monkeypatch):
     """The demo's runs start in an emptied folder; the comparison's keep what it prepared there (a resumed run's
     earlier attempts: the bug this guards, where the first attempt's record was wiped by the run it recorded)."""
     from instruments.cpu import launch
-    from instruments.demo import verl_run
+    from instruments.run import verl_run
 
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
     monkeypatch.setattr(launch, "run_trainer", lambda overrides, **run: 0)
-    s = DemoSettings(work_dir=tmp_path, steps=4, test_freq=2)
+    s = RunSettings(work_dir=tmp_path, steps=4, test_freq=2)
     folder = tmp_path / "run"
     for empty_first, kept in ((False, True), (True, False)):
         folder.mkdir(exist_ok=True)
@@ -230,7 +232,7 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
     """What the comparison's memory check and the docs read: the trainer is replaced by a real process that carries
     the run's marker, as verl's processes do, and holds a known buffer (verl itself: the e2e runs and docs/cpu.md)."""
     from instruments.cpu import launch, memory
-    from instruments.demo import verl_run
+    from instruments.run import verl_run
     from tests.test_run_memory import HOLD_MIB, HOLDER
 
     seen = threading.Event()  # the watch has sampled this run (on a loaded machine a sample can take a second)
@@ -261,7 +263,7 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
     monkeypatch.setattr(launch, "run_trainer", trainer_holding_memory)
     monkeypatch.setattr(memory.MemoryWatch, "sample", sample)
     monkeypatch.setattr(verl_run, "MEMORY_SAMPLE_S", 0.05)
-    folder = verl_run.run_method(DemoSettings(work_dir=tmp_path, steps=4, test_freq=2), "grpo", prepared,
+    folder = verl_run.run_method(RunSettings(work_dir=tmp_path, steps=4, test_freq=2), "grpo", prepared,
                                  tmp_path / "run")
     held = json.loads((folder / verl_run.MEMORY_FILE).read_text())
     assert HOLD_MIB / 1024 <= held["peak_memory_gib"] < HOLD_MIB / 1024 + 0.25
@@ -271,10 +273,10 @@ def test_a_run_records_the_most_memory_its_processes_held(tmp_path, monkeypatch)
 def test_a_pretrained_run_waits_longer_for_each_weight_bucket_unless_the_user_says(monkeypatch):
     """The 60 s deadline on a weight bucket's acknowledgement killed a SmolLM2 fp32 run on a loaded machine."""
     from instruments.cpu.rollout_patches import SYNC_TIMEOUT_ENV
-    from instruments.demo import verl_run
+    from instruments.run import verl_run
 
     monkeypatch.delenv(SYNC_TIMEOUT_ENV, raising=False)
-    smol = DemoSettings(work_dir=Path("w"), model="smollm2")
+    smol = RunSettings(work_dir=Path("w"), model="smollm2")
     assert verl_run.run_env(smol) == {SYNC_TIMEOUT_ENV: str(verl_run.PRETRAINED_SYNC_TIMEOUT_S)}
     monkeypatch.setenv(SYNC_TIMEOUT_ENV, "90")
     assert verl_run.run_env(smol) == {}  # the user's value passes through run_trainer's environment

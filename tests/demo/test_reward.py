@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from instruments.demo import reward
-from instruments.demo.task import FAMILIES
+from instruments.run import reward
+from instruments.run.task import FAMILIES
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

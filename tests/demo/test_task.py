@@ -7,14 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from instruments.demo.task import (
-    FAMILIES,
-    assert_disjoint,
-    held_out_problems,
-    make_problems,
-    read_questions,
-    write_task,
-)
+from instruments.run.task import FAMILIES, assert_disjoint, held_out_problems, make_problems, read_questions, write_task
 
 
 def test_held_out_problems_are_distinct_balanced_and_reproducible():
@@ -80,7 +73,7 @@ def test_problem_index_enumerates_each_distinct_problem_once(family):
 
 
 def test_the_wide_task_gives_a_no_revisit_pool_disjoint_from_its_held_out_split():
-    from instruments.demo.task import WIDE_FAMILIES, distinct_problems
+    from instruments.run.task import WIDE_FAMILIES, distinct_problems
 
     held_out = {p.question for p in held_out_problems(120, seed=0, task="wide")}
     pool = distinct_problems(5120, seed=0, exclude=held_out, task="wide")
@@ -91,7 +84,7 @@ def test_the_wide_task_gives_a_no_revisit_pool_disjoint_from_its_held_out_split(
 
 
 def test_a_pool_larger_than_a_family_is_a_clear_error():
-    from instruments.demo.task import distinct_problems
+    from instruments.run.task import distinct_problems
 
     with pytest.raises(ValueError, match="family 'echo' of task 'demo' has 176 problems outside the held-out split"):
         distinct_problems(5120, seed=0, exclude={p.question for p in held_out_problems(120, seed=0)})

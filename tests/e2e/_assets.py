@@ -1,5 +1,5 @@
 """What the runs of verl's real trainer on CPU share: a task, a briefly warmed-up tiny model and a codebook; and the
-pretrained LM's run (SmolLM2-135M-Instruct, instruments/demo/pretrained.py) on the same task told how to answer.
+pretrained LM's run (SmolLM2-135M-Instruct, instruments/run/pretrained.py) on the same task told how to answer.
 
 The tiny model is warmed up (supervised, a few hundred steps) so that rollouts are sometimes right: mixed groups
 give non-zero advantages, so the actor really changes between steps, which the weight-sync tests need.
@@ -14,9 +14,9 @@ import pandas as pd
 import torch
 
 from bv_blend.codebook.annotate import build_codebook_from_parquet
-from instruments.demo import model as tiny
-from instruments.demo.task import write_task
-from instruments.demo.warmup import supervised_warmup
+from instruments.run import tiny
+from instruments.run.task import write_task
+from instruments.run.tiny import supervised_warmup
 
 K = 4
 WARMUP_STEPS = 300
@@ -78,16 +78,16 @@ def pretrained_overrides(work: Path, num_clusters: int = 1) -> tuple[str, ...]:
     at fp32, which every CPU runs fast) with the actor's old log-probs recomputed, so that verl compares the rollout's
     probabilities with the actor's (bypass mode would skip that comparison), cpu_tiny's micro-batches, and gradient
     checkpointing (memory, below)."""
-    from instruments.demo import pretrained
-    from instruments.demo import reward as demo_reward
-    from instruments.demo.pipeline import PRETRAINED_INSTRUCTION, DemoSettings
-    from instruments.demo.verl_run import model_overrides
+    from instruments.run import pretrained
+    from instruments.run import reward as demo_reward
+    from instruments.run.settings import PRETRAINED_INSTRUCTION, RunSettings
+    from instruments.run.verl_run import model_overrides
 
     task = write_task(work / "task_pretrained", n_train=64, n_val=16, seed=0, per_family_sources=True,
                       instruction=PRETRAINED_INSTRUCTION)
     codebook, _ = _codebook(task, work / f"clusters_pretrained_k{num_clusters}", num_clusters)
     model = pretrained.prepare_smollm2()
-    settings = DemoSettings(work_dir=work, model=pretrained.SMOLLM2, dtype="fp32", response_length=32)
+    settings = RunSettings(work_dir=work, model=pretrained.SMOLLM2, dtype="fp32", response_length=32)
     # cpu_tiny's micro-batches of 8 (the demo's 16 do not divide this run's 8 rollouts a step)
     left_out = ("algorithm.rollout_correction.bypass_mode", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")

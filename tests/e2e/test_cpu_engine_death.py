@@ -30,7 +30,7 @@ import pytest
 from instruments.cpu import cpu_env, rollout_patches
 from instruments.cpu.checks import CpuAdaptationWarning
 from instruments.cpu.launch import processes_of_run
-from instruments.demo.report import read_metrics
+from instruments.run.report import read_metrics
 from tests.e2e._assets import CpuAssets
 from tests.e2e._history import LAST_STEP, HistoryRun
 from tests.e2e._launch import FAIL_FAST_S, Fault, Launch, launch

@@ -23,8 +23,8 @@ import pytest
 
 from bv_blend.history import sampler as weights
 from instruments.cpu.launch import processes_of_run
-from instruments.demo import report, run_logs
-from instruments.demo.report import read_metrics
+from instruments.run import report, run_logs
+from instruments.run.report import read_metrics
 from tests.e2e._history import (
     BATCH,
     FIRST_STEPS,

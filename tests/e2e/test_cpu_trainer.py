@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from instruments.cpu.launch import processes_of_run
-from instruments.demo.report import read_metrics
 from instruments.machine import describe_cpu
+from instruments.run.report import read_metrics
 from tests.e2e._checks import assert_rollouts_use_fresh_weights
 from tests.e2e._history import FIRST_STEPS, LAST_STEP, HistoryRun, question_of, rows, saved
 

@@ -388,7 +388,7 @@ def test_dynamic_sampling_logs_groups_and_the_comparison_counts_their_rollouts(t
     import pandas as pd
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-    from instruments.demo import run_logs
+    from instruments.run import run_logs
 
     n, rewards = 4, {"dapoA": [1, 1, 1, 1], "dapoB": [0, 0, 0, 0], "dapoC": [1, 0, 0, 1], "dapoD": [0, 1, 0, 0],
                      "dapoE": [1, 1, 1, 1]}  # fmt: skip

@@ -132,13 +132,13 @@ def check_model_folder(path: Path) -> dict[str, int | list[int]]:
         raise ValueError(f"{path}'s tokenizer has eos {tokenizer.eos_token!r} and pad {tokenizer.pad_token!r}: both "
                          "must be set. Without a pad token, the eos serves: tokenizer.pad_token = tokenizer.eos_token, "
                          "then tokenizer.save_pretrained(folder) (for ChatML models, "
-                         "instruments.demo.pretrained.fix_end_of_turn sets both to <|im_end|>)")
+                         "instruments.run.pretrained.fix_end_of_turn sets both to <|im_end|>)")
     stops = config_eos if isinstance(config_eos, list) else [config_eos]
     if config_eos is not None and eos not in stops:
         among = "among " if isinstance(config_eos, list) else ""
         raise ValueError(f"{path}: the tokenizer's eos {tokenizer.eos_token!r} (id {eos}) is not {among}the "
                          f"config's eos_token_id {config_eos}: generation would not stop at the end of a turn. Set the "
-                         "tokenizer's eos to the config's end-of-turn token (instruments.demo.pretrained."
+                         "tokenizer's eos to the config's end-of-turn token (instruments.run.pretrained."
                          "fix_end_of_turn for ChatML)")
     return {"eos": eos, "pad": pad, "config_eos": config_eos}
 

@@ -212,7 +212,7 @@ def to_verl_frame(problems: list[Problem], split: str, per_family_sources: bool 
     """Rows as verl's RLHFDataset reads them (chat prompt, rule reward with ground truth, extra_info).
 
     With ``per_family_sources`` each row's data_source is its family, which makes verl report validation metrics
-    per family (val-core/<family>/...) and needs the demo's reward function (instruments/demo/reward.py), since
+    per family (val-core/<family>/...) and needs the demo's reward function (instruments/run/reward.py), since
     verl's default scorer only knows its own sources. ``instruction`` follows every question (a pretrained model is
     told how to answer; the tiny model learnt it in its warm-up); ``extra_info["question"]`` is the prompt as sent.
     """

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from instruments import regime
-from instruments.demo.run_logs import generated_rollouts
+from instruments.run.run_logs import generated_rollouts
 
 RunsBySeed = Mapping[int, dict]  # one arm's result.json per seed
 

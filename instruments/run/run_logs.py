@@ -1,7 +1,7 @@
-"""What a comparison run logged besides the demo's run summary (instruments/demo/report.py), read from verl's metrics
+"""What a comparison run logged besides the demo's run summary (instruments/run/report.py), read from verl's metrics
 and rollout dumps: the largest advantage, the time between steps, the sampler's and SPO's means, how often each prompt
 was drawn, and what verl's dynamic sampling drew beyond the batch, with the rollouts a run generated in all.
-instruments/demo/compare.py stores them in each run's result; the comparison's readers (compare_report, pairing,
+instruments/compare/runs.py stores them in each run's result; the comparison's readers (compare_report, pairing,
 no_revisit) read them back."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bv_blend.core.jsonl import jsonl_records
-from instruments.demo import report
+from instruments.run import report
 
 ADV_MAX, ADV_MIN = "critic/advantages/max", "critic/advantages/min"  # verl's, over the valid tokens of a step
 OWN_ABS_MAX = ("bv_blend/abs_advantage_max",)  # an estimator's own, where verl's is missing

@@ -1,4 +1,4 @@
-"""The tables, plot and results/benchmarks.md section of a multi-seed comparison (instruments.demo.compare runs it): per
+"""The tables, plot and results/benchmarks.md section of a multi-seed comparison (instruments.compare.runs runs it): per
 arm, the held-out pass rate over validations, the gain, all-equal groups, max |A| and step times (mean and 95%
 t-interval over seeds); every arm paired by seed with a reference arm (difference of final pass rates, rollouts to
 reach the reference's final pass rate, lab's definition, instruments/stats.py).
@@ -24,9 +24,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from instruments import stats as lab_stats  # noqa: E402
-from instruments.demo import pairing, report  # noqa: E402
-from instruments.demo.compare import ARMS, arm_label  # noqa: E402
-from instruments.demo.run_logs import SAMPLER_PREFIX, SIGNAL_FROM_SCORES, SPO_P_HAT, generated_rollouts  # noqa: E402
+from instruments.compare import pairing  # noqa: E402
+from instruments.compare.arms import ARMS, arm_label  # noqa: E402
+from instruments.run import report  # noqa: E402
+from instruments.run.run_logs import SAMPLER_PREFIX, SIGNAL_FROM_SCORES, SPO_P_HAT, generated_rollouts  # noqa: E402
 
 SECTION = "compare_cpu"  # the markers of the current comparison's results in results/benchmarks.md
 

@@ -1,6 +1,6 @@
 """One run of verl's stock trainer on CPU for the demo and the comparison: its hydra overrides on top of
 configs/cpu_tiny.yaml (the same for every method but the estimator), the run itself (instruments.cpu.launch), and the
-steps it has logged, followed while it runs. instruments/demo/pipeline.py prepares what a run reads."""
+steps it has logged, followed while it runs. instruments/run/prepare.py prepares what a run reads."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from bv_blend.core.jsonl import jsonl_lines
-from instruments.demo import reward as demo_reward
+from instruments.run import reward as demo_reward
+from instruments.run.settings import Prepared, RunSettings
 
-if TYPE_CHECKING:  # the settings' module runs these: a type here, not an import cycle
+if TYPE_CHECKING:  # instruments.cpu.memory is imported where a run starts (_run_verl), as the launcher is
     from instruments.cpu.memory import MemoryWatch
-    from instruments.demo.pipeline import DemoSettings, Prepared
 
 MEMORY_FILE = "memory.json"  # a run's peak memory, written after each attempt (instruments/cpu/memory.py)
 MEMORY_SAMPLE_S = 5.0  # a SmolLM2 run's memory climbs over minutes; a sample costs a read of /proc per process
@@ -33,7 +33,7 @@ MEMORY_SAMPLE_S = 5.0  # a SmolLM2 run's memory climbs over minutes; a sample co
 PRETRAINED_SYNC_TIMEOUT_S = 600.0
 
 
-def model_overrides(s: DemoSettings, rollouts_per_step: int | None = None) -> list[str]:
+def model_overrides(s: RunSettings, rollouts_per_step: int | None = None) -> list[str]:
     """What a pretrained model changes in cpu_tiny.yaml (sized for the tiny test fixture): its response length, one
     dtype for the actor's compute and the rollout, the rollout's log-probs as the old ones, micro-batches of up to 16
     (that divide the step's rollouts, as verl requires)."""
@@ -51,7 +51,7 @@ def model_overrides(s: DemoSettings, rollouts_per_step: int | None = None) -> li
     ]
 
 
-def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
+def verl_overrides(s: RunSettings, method: str, prepared: Prepared, run_dir: Path, *, n: int | None = None,
                    batch: int | None = None, steps: int | None = None, seed: int | None = None,
                    val_before_train: bool = True, extra: Sequence[str] = (), checkpoint_every: int = 0,
                    resume_from: Path | None = None) -> list[str]:
@@ -60,7 +60,7 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
     ``n``, ``batch``, ``steps`` and ``seed`` default to the settings' (scripts/compare_cpu.py varies them);
     ``val_before_train=False`` skips verl's step-0 validation (the demo's second run, which shares the first's).
     ``checkpoint_every`` > 0 saves verl's checkpoint (with the estimators' histories) every that many steps and at
-    the last, into the run folder; ``resume_from`` resumes from that ``global_step_N`` folder (instruments.demo.resume:
+    the last, into the run folder; ``resume_from`` resumes from that ``global_step_N`` folder (instruments.run.resume:
     the comparison's interrupted runs), else the run starts from scratch.
     ``extra`` are an arm's own overrides (scripts/compare_cpu.py's arms: a history level, the prompt sampler); one
     that sets a key set here is refused, since two values for one key would leave it to hydra which one wins.
@@ -108,7 +108,7 @@ def verl_overrides(s: DemoSettings, method: str, prepared: Prepared, run_dir: Pa
     keys = {_override_key(o) for o in base}
     clashes = [o for o in extra if _override_key(o) in keys]
     if clashes:
-        raise ValueError(f"the overrides {clashes} set keys the demo sets for every run: change DemoSettings or the "
+        raise ValueError(f"the overrides {clashes} set keys the demo sets for every run: change RunSettings or the "
                          "run's arguments instead")
     return [*base, *extra]
 
@@ -139,7 +139,7 @@ def follow_steps(metrics_path: Path, on_step: Callable[[int], None], stop: threa
             on_step(step)
 
 
-def run_env(s: DemoSettings) -> dict[str, str]:
+def run_env(s: RunSettings) -> dict[str, str]:
     """Environment a run adds: a pretrained model's longer weight-sync deadline, unless the user set one."""
     from instruments.cpu.rollout_patches import SYNC_TIMEOUT_ENV
 
@@ -148,11 +148,11 @@ def run_env(s: DemoSettings) -> dict[str, str]:
     return {SYNC_TIMEOUT_ENV: str(PRETRAINED_SYNC_TIMEOUT_S)}
 
 
-def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
+def _run_verl(s: RunSettings, label: str, overrides: list[str], run_dir: Path,
               on_step: Callable[[int], None] | None = None, empty_first: bool = True) -> Path:
     """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first (dumps of an earlier, longer run
     would otherwise be read as this run's) unless the caller has prepared it (the comparison: an empty folder, or one
-    instruments.demo.resume has set back to its checkpoint). Raises if the run fails. The run stays in this thread, so
+    instruments.run.resume has set back to its checkpoint). Raises if the run fails. The run stays in this thread, so
     that an interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from
     another."""
     from instruments.cpu.launch import run_trainer
@@ -186,7 +186,7 @@ def _run_verl(s: DemoSettings, label: str, overrides: list[str], run_dir: Path,
 
 def write_memory(run_dir: Path, watch: MemoryWatch, run_id: str) -> str:
     """Writes what the run held at most (``memory.json``: its peak and the machine's least available memory while it
-    ran, GiB) for the attempt's record (instruments/demo/resume.py); returns it as words for the log line."""
+    ran, GiB) for the attempt's record (instruments/run/resume.py); returns it as words for the log line."""
     peak = watch.runs.get(run_id)
     if peak is None:  # memory could not be read here (instruments/cpu/memory.py), or the run died at once
         return ""
@@ -195,7 +195,7 @@ def write_memory(run_dir: Path, watch: MemoryWatch, run_id: str) -> str:
     return f", holding at most {peak.peak_gib:.1f} GiB"
 
 
-def run_method(s: DemoSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
+def run_method(s: RunSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
                on_step: Callable[[int], None] | None = None, empty_first: bool = True, **run: Any) -> Path:
     """One training run of ``method`` into ``run_dir``; raises if it fails. ``run``: :func:`verl_overrides`' keywords.
 

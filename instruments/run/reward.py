@@ -6,7 +6,7 @@ Each family is its own data_source, so that verl's validation loop reports the p
 (``val-core/<family>/acc/mean@<n>``) with no code of ours. verl's default scorer dispatches on data_source and
 knows only its own sources, so the demo names this function in verl's config:
 
-    reward.custom_reward_function.path=pkg://instruments.demo.reward
+    reward.custom_reward_function.path=pkg://instruments.run.reward
     reward.custom_reward_function.name=compute_score
 
 verl's reward loop imports the module by name in its reward worker and calls the function once per response
@@ -19,9 +19,9 @@ import re
 from typing import Any
 
 from instruments.cpu.launch import verl_rule_score
-from instruments.demo.task import GSM8K_SOURCE, TASKS
+from instruments.run.task import GSM8K_SOURCE, TASKS
 
-PATH = "pkg://instruments.demo.reward"
+PATH = "pkg://instruments.run.reward"
 NAME = "compute_score"
 LAST_NUMBER_NAME = "compute_last_number_score"
 # an integer, signed, with thousands separators allowed ("1,024"); a decimal's integer part is not taken for it
@@ -40,7 +40,7 @@ def _check_source(data_source: str) -> None:
     if not any(data_source in families for families in TASKS.values()):
         names = sorted(name for families in TASKS.values() for name in families)
         raise ValueError(f"data_source {data_source!r} is not a family of the demo's tasks ({names}); "
-                         "this reward function only scores parquet files written by instruments.demo.task.write_task")
+                         "this reward function only scores parquet files written by instruments.run.task.write_task")
 
 
 def last_number(text: str) -> str | None:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from instruments.demo import report
-from instruments.demo.compare import ARMS, RESULT_FILE, arm_label
-from instruments.demo.resume import METRICS
+from instruments.compare.arms import ARMS, arm_label
+from instruments.compare.runs import RESULT_FILE
+from instruments.run import report
+from instruments.run.resume import METRICS
 
 # verl's own, logged for every arm: the update's loss and gradient norm, the rollouts' mean score and length (the
 # clip fraction is left out: one on-policy update a step, bypass mode, never clips)
