@@ -15,6 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bv_blend"
 INSTRUMENTS = ROOT / "instruments"
+TESTS = ROOT / "tests"
+# The product's tests: tests/bv_blend/<subpackage>/, and tests/verl/ (the verl glue's, to join tests/bv_blend/verl/).
+# The instruments' are in tests/instruments/, the trainer runs on CPU in tests/e2e/; the rest of tests/ is the
+# repository's own (packaging, set-up, layers) and its scripts'.
+PRODUCT_TESTS = (TESTS / "bv_blend", TESTS / "verl")
 
 # bv_blend's top-level packages, bottom (0) to top; docs/architecture.md draws the same picture.
 LAYERS: dict[str, int] = {
@@ -29,6 +34,7 @@ VERL_FREE_BELOW = LAYERS["verl"]
 # instruments' top-level packages and modules, bottom (0) to top. Each may import any of the product.
 INSTRUMENT_LAYERS: dict[str, int] = {
     "stats": 0, "machine": 0, "provenance": 0,      # statistics over seeds; the machine; the commits run
+    "strict_json": 0,                               # JSON without NaN or infinity (the summaries, the results)
     "allocation": 0,                                # the oracle (Knapsack) allocation of the regime's limits
     "rule": 1,                                      # the one rule that judges every arm (results/regime.md)
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads
@@ -253,3 +259,42 @@ def test_the_cycle_check_sees_a_lazy_circle():
     sources = {module: source, INSTRUMENTS / "rule.py": "def g():\n    from instruments import regime\n"}
     graph = {_module_name(path): _imported_modules(path, modules, text) for path, text in sources.items()}
     assert _cycles(graph) == [["instruments.regime", "instruments.rule"]]
+
+
+# ----------------------------------------------------------------------------- the product's tests import no instrument
+def _test_module(name: str) -> Path | None:
+    """The file of a ``tests.*`` module (a helper or another test module), if it is one."""
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def _instruments_reached(path: Path, seen: set[Path] | None = None) -> list[str]:
+    """The instrument modules ``path`` imports, directly or through the test helpers it imports (``tests.*``)."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return []
+    seen.add(path)
+    found = []
+    for name in _imports(path):
+        if name.split(".")[0] == "instruments":
+            found.append(f"{name} ({path.relative_to(ROOT)})")
+        elif name.split(".")[0] == "tests" and (helper := _test_module(name)) is not None:
+            found += _instruments_reached(helper, seen)
+    return found
+
+
+def test_the_product_s_tests_import_no_instrument():
+    """A product test runs where only the wheel is installed: it imports no instrument, not even through a helper."""
+    modules = sorted(p for folder in PRODUCT_TESTS for p in folder.rglob("*.py"))
+    wrong = {str(p.relative_to(ROOT)): names for p in modules if (names := _instruments_reached(p))}
+    assert len(modules) > 30 and not wrong, f"the product's tests import instruments: {wrong}"
+
+
+def test_the_check_sees_an_instrument_behind_a_test_helper(monkeypatch):
+    """The check itself: a product test whose helper imports an instrument is caught, through the helper."""
+    test, helper = TESTS / "bv_blend" / "blend" / "test_config.py", TESTS / "_estimator_helpers.py"
+    sources = {test: "from tests._estimator_helpers import make\n",
+               helper: "def make():\n    from instruments.run import tiny\n"}
+    original = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: sources.get(self) or original(self, *a, **k))
+    assert _instruments_reached(test) == ["instruments.run (tests/_estimator_helpers.py)"]

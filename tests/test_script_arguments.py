@@ -42,7 +42,7 @@ def test_build_codebook_rejects_bad_options_before_reading_or_loading(argv, mess
 
 
 def test_build_codebook_checks_k_against_the_prompts_before_loading_the_encoder(tmp_path, encoder_loads, capsys):
-    from tests.test_annotate import questions, verl_frame
+    from tests.bv_blend.codebook.test_annotate import questions, verl_frame
 
     source = tmp_path / "train.parquet"
     verl_frame(questions(2)).to_parquet(source, index=False)

@@ -17,7 +17,7 @@ from bv_blend.codebook.annotate import build_codebook_from_parquet
 from bv_blend.codebook.encode import TextEncoder
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
-from tests.test_annotate import questions, verl_frame
+from tests.bv_blend.codebook.test_annotate import questions, verl_frame
 from tests.verl._helpers import compose_config
 
 ROLLOUTS = 2
