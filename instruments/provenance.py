@@ -13,6 +13,9 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
+DIRTY = "+dirty"  # code_commit's mark of a checkout whose tracked files differ from its commit
+
+
 def code_commit() -> str:
     """The checkout's commit, marked ``+dirty`` where tracked files differ from it ("unknown" outside git)."""
     try:
@@ -20,7 +23,7 @@ def code_commit() -> str:
         dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return head + ("+dirty" if dirty else "")
+    return head + (DIRTY if dirty else "")
 
 
 def committed_file(path: Path) -> str:

@@ -9,6 +9,7 @@ summary and applies the rule (``recommend``; results/regime.md).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from instruments import rule, stats
 from instruments.stats import Interval
+from instruments.strict_json import finite_or, strict_dumps
 
 SUMMARY_DIR = Path(__file__).resolve().parents[1] / "results" / "regime"
 # The instruments whose summaries (SUMMARY_DIR/<name>.json) the rule reads; other files there (the pretrained LM's
@@ -146,7 +148,7 @@ def generated_arm_summary(curves: Any, x_by_seed: Any, reference: Any, x_referen
 def write_summary(summary: InstrumentSummary, directory: Path = SUMMARY_DIR) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{summary.instrument}.json"
-    path.write_text(json.dumps(asdict(summary), indent=1) + "\n")
+    path.write_text(strict_dumps(asdict(summary)) + "\n")  # a reach never made (inf) is written as null
     return path
 
 
@@ -159,7 +161,9 @@ def read_summaries(directory: Path = SUMMARY_DIR) -> dict[str, InstrumentSummary
 def read_summary(path: Path) -> InstrumentSummary:
     data = json.loads(path.read_text())
     interval = lambda v: None if v is None else Interval(**v)  # noqa: E731
-    arms = {key: ArmSummary(interval(a["final"]), interval(a["difference"]), interval(a["reach"]),
+    # a null bound of rollouts-to-reach is a target never reached within the run: infinitely many rollouts
+    reach = lambda v: None if v is None else Interval(**{k: finite_or(x, math.inf) for k, x in v.items()})  # noqa: E731
+    arms = {key: ArmSummary(interval(a["final"]), interval(a["difference"]), reach(a["reach"]),
                             training_only=interval(a.get("training_only")), finals=a.get("finals"))
             for key, a in data["arms"].items()}
     lr_check = {key: {factor: interval(v) for factor, v in by.items()} for key, by in data.get("lr_check", {}).items()}

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from instruments.strict_json import strict_dumps
+
 SELECTION_LRS = (5e-6, 1e-5, 2e-5)
 SELECTION_SEEDS = (100, 101)  # not the comparison's 0-4
 MAX_STEPS, EVAL_EVERY = 40, 5
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"[settings] {e}", file=sys.stderr)
         return 2
-    a.settings.write_text(json.dumps(chosen, indent=1) + "\n")
+    a.settings.write_text(strict_dumps(chosen) + "\n")
     print(f"[settings] lr {chosen['lr']:g}, {chosen['steps']} steps -> {a.settings}")
     return 0
 

@@ -30,6 +30,7 @@ from instruments.run import reward as demo_reward
 from instruments.run import run_logs
 from instruments.run.prepare import codebook_nmi
 from instruments.run.settings import Prepared, RunSettings
+from instruments.strict_json import strict_dumps
 
 INSTRUMENT = "pretrained_lm"  # a pretrained LM's (issue 38): the rule's tie-breaker
 # regime key -> the comparison's arm and group size (cluster level is BV-Blend's default history_level)
@@ -153,7 +154,7 @@ def prepare_priors(s: RunSettings, prepared: Prepared, batch: int, samples: int 
               "rollouts": sum(len(v) for v in scores.values()), "command": priors_command(out, samples, overrides),
               "wall_s": time.time() - started}
     tmp = record_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
+    tmp.write_text(strict_dumps(record))
     os.replace(tmp, record_path)  # a generation cut short leaves no record: the next start makes the file again
     return out, record
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import threading
@@ -30,11 +31,19 @@ from instruments.compare.arms import RunSpec, run_overrides
 from instruments.machine import describe_cpu
 from instruments.provenance import code_commit
 from instruments.run import report, resume
-from instruments.run.run_logs import SIGNAL_DEFINED, extra_summary, filter_groups_of, visits_per_prompt
+from instruments.run.run_logs import (
+    SIGNAL_DEFINED,
+    extra_summary,
+    filter_groups_of,
+    generated_rollouts,
+    visits_per_prompt,
+)
 from instruments.run.settings import Prepared, RunSettings
 from instruments.run.verl_run import follow_steps, run_method
+from instruments.strict_json import finite_or, strict_dumps
 
 RESULT_FILE = "result.json"
+REPLACED_FILE = "replaced.json"  # the attempts a fresh start replaced (they left no usable checkpoint)
 
 
 def file_sha256(path: Path) -> str:
@@ -66,6 +75,9 @@ def load_result(out: Path, spec: RunSpec, key: dict[str, str]) -> dict | None:
     if result["settings"] != key or result["spec"] != spec.describe():
         raise ValueError(f"{path} was made with other settings ({result['settings']}, {result['spec']}); "
                          f"now {key}, {spec.describe()}. Use another --out folder, or the command that made it.")
+    # a strict file writes a figure that is not finite as null (a signal ratio where no group had a signal)
+    if "summary" in result:
+        result["summary"] = {name: finite_or(value, math.nan) for name, value in result["summary"].items()}
     return result
 
 
@@ -87,7 +99,7 @@ def save_result(out: Path, spec: RunSpec, result: dict) -> Path:
     """Writes result.json atomically: a run interrupted while saving is not taken for finished."""
     path = run_dir(out, spec) / RESULT_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
+    tmp.write_text(strict_dumps(result))
     os.replace(tmp, path)
     return path
 
@@ -107,12 +119,22 @@ def resumable_run_dir(out: Path, spec: RunSpec) -> tuple[Path, Path | None]:
     path = run_dir(out, spec)
     step = resume.resume_step(path) if path.is_dir() else None
     if step is None:
+        replaced = replaced_attempts(path)
+        if (last := resume.replaced_attempt(path)) is not None:
+            replaced.append(last)
         fresh_run_dir(out, spec)
+        if replaced:  # a result says which attempts it replaced, and how far they had come
+            (path / REPLACED_FILE).write_text(strict_dumps(replaced))
         resume.start_attempt(path, None)
         return path, None
     resume.prepare_resume(path, step)
     resume.start_attempt(path, step)
     return path, path / resume.CHECKPOINTS / f"global_step_{step}"
+
+
+def replaced_attempts(folder: Path) -> list[dict]:
+    path = folder / REPLACED_FILE
+    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def verl_ended_utc(attempts: Sequence[dict]) -> str:
@@ -142,6 +164,23 @@ def result_of(spec: RunSpec, key: dict[str, str], record: report.RunRecord, wall
         **visits,
         **filter_groups_of(record.metrics),
     }
+
+
+def commit_record(attempts: Sequence[dict]) -> dict:
+    """The commit the run ran, read at its first attempt's start, and whether every attempt started from a clean tree.
+    Attempts recorded before the start was read have none: the commit is then read now, and marked so."""
+    if "commit" in attempts[0]:
+        return {"commit": attempts[0]["commit"], "tree_clean": all(a.get("tree_clean", False) for a in attempts)}
+    return {"commit": code_commit(), "commit_read": "after the run"}
+
+
+def drawn_record(result: dict, steps: int) -> dict:
+    """Dynamic sampling's draws (a run with ``filter_groups`` logged): every prompt it generated rollouts for, kept
+    or dropped, and every rollout; nothing for other runs."""
+    if "filter_groups" not in result:
+        return {}
+    rollouts = float(generated_rollouts(result, [steps])[0])
+    return {"drawn": {"prompts": rollouts / result["spec"]["n"], "rollouts": rollouts}}
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -179,15 +218,19 @@ def run_one(s: RunSettings, prepared: Prepared, out: Path, spec: RunSpec, key: d
         record = replace(record, signal=pd.Series(dtype=float))
     resumed_from = [a["from_step"] for a in attempts[1:]]
     result = result_of(spec, key, record, sum(a["wall_s"] for a in attempts), folder / "rollouts", resumed_from)
-    # when, and from which code: a comparison spans sessions and machines (issue 38)
+    result |= drawn_record(result, s.steps)
+    # when, and from which code, read as each attempt started: a comparison spans sessions, machines and commits
     result |= {"started_utc": attempts[0]["started_utc"], "ended_utc": verl_ended_utc(attempts),
-               "commit": code_commit()}
+               **commit_record(attempts)}
+    if replaced := replaced_attempts(folder):
+        result["replaced_attempts"] = replaced
     peaks = [a["peak_memory_gib"] for a in attempts if "peak_memory_gib" in a]
     if peaks:  # what the next run of these settings needs (memory_needed), and what the docs quote
         result["peak_memory_gib"] = max(peaks)
     if resumed_from:
         result["resumed_from_steps"] = resumed_from
         result["attempt_cpus"] = [a.get("cpu", "unknown") for a in attempts]
+        result["attempt_commits"] = [a.get("commit", "unknown") for a in attempts]
     if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
         result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)

@@ -1,6 +1,7 @@
 """A long comparison's state, between its run folder and the repository (scripts/run_state.py is its command line):
 its shared preparation (``prepared/``) and each finished run's ``result.json`` with verl's per-step metrics (and a
-resumed run's earlier attempts' ``metrics.part<i>.jsonl``), what it needs to resume on another machine and what all its
+resumed run's earlier attempts' ``metrics.part<i>.jsonl``), its group record (``groups.jsonl``) and the attempts a
+fresh start replaced (``replaced.json``), what it needs to resume on another machine and what all its
 reports read. Rollouts, logs, checkpoints and the model's converted folder stay out."""
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from instruments.compare.runs import RESULT_FILE
+from instruments.compare.runs import REPLACED_FILE, RESULT_FILE
 from instruments.run.resume import metrics_files
+from instruments.run.verl_run import GROUPS_FILE
 
 PREPARED = "prepared"
 
@@ -23,7 +25,8 @@ def state_files(root: Path) -> list[Path]:
             continue
         rel = path.relative_to(root)
         if path.name == RESULT_FILE and rel.parent.parent.name == "runs":
-            files += [rel, *(m.relative_to(root) for m in metrics_files(path.parent) if m.is_file())]
+            kept = [*metrics_files(path.parent), path.parent / GROUPS_FILE, path.parent / REPLACED_FILE]
+            files += [rel, *(m.relative_to(root) for m in kept if m.is_file())]
         elif PREPARED in rel.parts[:-1]:
             files.append(rel)
     return sorted(files)

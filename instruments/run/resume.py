@@ -32,7 +32,9 @@ from pathlib import Path
 
 from bv_blend.core.jsonl import jsonl_lines
 from instruments.machine import describe_cpu
+from instruments.provenance import DIRTY, code_commit
 from instruments.run.verl_run import MEMORY_FILE
+from instruments.strict_json import strict_dumps
 
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
@@ -106,11 +108,24 @@ def start_attempt(run_dir: Path, from_step: int | None) -> None:
         last_log = run_dir / f"verl.part{len(metrics_files(run_dir)) - 1}.log"
         attempts[-1]["wall_s"] = (last_log.stat().st_mtime if last_log.is_file() else time.time()) \
             - attempts[-1]["started_unix"]
+    commit = code_commit()  # read as the attempt starts: what it runs, whatever is committed while it runs
     attempts.append({"started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      "started_unix": time.time(), "from_step": from_step or 0, "wall_s": None,
-                     "cpu": describe_cpu()})  # a folder that persists may be resumed on another kind of machine
-    (run_dir / ATTEMPTS).write_text(json.dumps(attempts, indent=1))
+                     "cpu": describe_cpu(),  # a folder that persists may be resumed on another kind of machine
+                     "commit": commit.removesuffix(DIRTY), "tree_clean": not commit.endswith(DIRTY)})
+    (run_dir / ATTEMPTS).write_text(strict_dumps(attempts))
     (run_dir / MEMORY_FILE).unlink(missing_ok=True)  # an earlier attempt's, not this one's
+
+
+def replaced_attempt(run_dir: Path) -> dict | None:
+    """What an interrupted attempt that left no usable checkpoint had done, before its folder is emptied for a fresh
+    start: its attempts (start, commit, CPU) and the last step it logged; None where nothing had started there."""
+    attempts = read_attempts(run_dir) if run_dir.is_dir() else []
+    if not attempts:
+        return None
+    steps = logged_steps(run_dir)
+    return {"attempts": [{k: a.get(k) for k in ("started_utc", "commit", "tree_clean", "cpu", "from_step")}
+                         for a in attempts], "reached_step": max(steps) if steps else 0}
 
 
 def finish_attempt(run_dir: Path) -> list[dict]:
@@ -120,7 +135,7 @@ def finish_attempt(run_dir: Path) -> list[dict]:
     memory = run_dir / MEMORY_FILE
     if memory.is_file():
         attempts[-1] |= json.loads(memory.read_text())
-    (run_dir / ATTEMPTS).write_text(json.dumps(attempts, indent=1))
+    (run_dir / ATTEMPTS).write_text(strict_dumps(attempts))
     return attempts
 
 

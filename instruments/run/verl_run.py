@@ -24,6 +24,7 @@ from instruments.run.settings import Prepared, RunSettings
 if TYPE_CHECKING:  # instruments.cpu.memory is imported where a run starts (_run_verl), as the launcher is
     from instruments.cpu.memory import MemoryWatch
 
+GROUPS_FILE = "groups.jsonl"  # the group record (bv_blend/verl/group_record.py), kept with the run's result
 MEMORY_FILE = "memory.json"  # a run's peak memory, written after each attempt (instruments/cpu/memory.py)
 MEMORY_SAMPLE_S = 5.0  # a SmolLM2 run's memory climbs over minutes; a sample costs a read of /proc per process
 
@@ -98,6 +99,7 @@ def verl_overrides(s: RunSettings, method: str, prepared: Prepared, run_dir: Pat
         f"trainer.experiment_name={method}",
         f"trainer.default_local_dir={run_dir / 'checkpoints'}",
         f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+        f"bv_blend.group_record={run_dir / GROUPS_FILE}",  # every group's rewards and advantages, each step
         f"trainer.validation_data_dir={run_dir / 'validation'}",
         f"trainer.total_epochs={epochs}",
         f"trainer.save_freq={checkpoint_every if checkpoint_every > 0 else -1}",
