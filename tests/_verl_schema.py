@@ -240,10 +240,12 @@ def our_sections() -> dict[tuple[str, ...], frozenset[str]]:
 
 @cache
 def our_keys_in_verl_sections() -> frozenset[str]:
-    """Keys we add to a section of verl's: the NTF keep ratio, and the ``_target_`` selecting its dataclass."""
+    """Keys we add to verl's config: the NTF keep ratio and the ``_target_`` selecting its dataclass, and the group
+    record's file (a root section of bv_blend's own)."""
+    from bv_blend.verl import group_record
     from bv_blend.verl.glue import ntf as losses
 
-    return frozenset({f"{losses.SECTION}.{losses.KEEP_RATIO_KEY}", f"{losses.SECTION}._target_"})
+    return frozenset({f"{losses.SECTION}.{losses.KEEP_RATIO_KEY}", f"{losses.SECTION}._target_", group_record.OPTION})
 
 
 def _dataclass_field(parts: list[str], depth: int) -> Any | None:

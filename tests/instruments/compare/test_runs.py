@@ -172,6 +172,40 @@ def test_resume_skips_finished_runs_and_restarts_an_interrupted_one(setup, monke
     result = compare_runs.load_result(out, specs[1], key)
     assert result["spec"]["arm"] == "bv_blend_prompt" and set(result["validation"]) == {"0", "2", "4"}
     assert result["summary"]["signal ratio"] == pytest.approx(0.875)
+    # the result names the attempt it replaced: when it started, from which commit, how far it came
+    (replaced,) = result["replaced_attempts"]
+    assert replaced["reached_step"] == 0  # its log was cut before any step it logged
+    assert replaced["attempts"][0]["commit"] == result["commit"]
+    assert "replaced_attempts" not in compare_runs.load_result(out, specs[0], key)
+
+
+def test_a_run_records_the_commit_it_started_from_not_one_made_while_it_ran(setup, monkeypatch):
+    """The commit is read as each attempt starts: a commit made during the run (or a tree edited meanwhile) does not
+    become the run's."""
+    s, prepared, out, key = setup
+    spec = compare_arms.grid([("grpo", 4)], 8, [0])[0]
+    monkeypatch.setattr(compare_runs.resume, "code_commit", lambda: "a1b2c3d")
+    fake = _fake_verl([])
+
+    def commits_while_running(*args, **kwargs):
+        monkeypatch.setattr(compare_runs.resume, "code_commit", lambda: "e4f5a6b+dirty")
+        monkeypatch.setattr(compare_runs, "code_commit", lambda: "e4f5a6b+dirty")
+        return fake(*args, **kwargs)
+
+    monkeypatch.setattr(compare_runs, "run_method", commits_while_running)
+    result = compare_runs.run_one(s, prepared, out, spec, key)
+    assert result["commit"] == "a1b2c3d" and result["tree_clean"] is True
+    saved = json.loads((compare_runs.run_dir(out, spec) / "result.json").read_text())
+    assert saved["commit"] == "a1b2c3d"
+
+
+def test_dynamic_samplings_result_counts_every_prompt_and_rollout_it_drew():
+    """verl logs dropped prompt groups per step; the result adds them to each step's batch: 2 steps of 4 prompts x 8,
+    with 3 and 1 groups dropped, drew 12 prompts and 96 rollouts."""
+    result = {"spec": {"n": 8, "batch": 4},
+              "filter_groups": {"evicted_samples": {"1": 2.0, "2": 1.0}, "discarded_surplus_samples": {"1": 1.0}}}
+    assert compare_runs.drawn_record(result, 2) == {"drawn": {"prompts": 12.0, "rollouts": 96.0}}
+    assert compare_runs.drawn_record({"spec": {"n": 8, "batch": 4}}, 2) == {}
 
 
 def _copy_steps(source: Path, folder: Path, steps: range, metrics: str = "metrics.jsonl") -> None:
@@ -221,6 +255,7 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
     assert [(c["own_start"], c["resume_from"]) for c in calls] == [
         (True, None), (False, folder / "checkpoints" / "global_step_2")]
     assert result["resumed_from_steps"] == [2] and result["attempt_cpus"] == [result["cpu"]] * 2
+    assert result["attempt_commits"] == [result["commit"]] * 2
     assert (folder / "metrics.part1.jsonl").is_file() and (folder / "verl.part1.log").read_text() == "attempt 1\n"
     assert not (folder / "checkpoints").exists(), "a finished run keeps its ~1.6 GB checkpoints"
     assert len(compare_runs.resume.read_attempts(folder)) == 2
