@@ -1,9 +1,9 @@
 """A pretrained LM as a parameter of verl's CPU harness (issue 38): the demo's and the comparison's settings, the
-overrides it composes into verl's config, the regime's guards, and the recommended run of ``--recommended``."""
+overrides it composes into verl's config, and the regime's guards. The demo's own command line is tested in
+tests/instruments/demo/test_pipeline.py."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,6 @@ from instruments.compare import no_revisit
 from instruments.compare import runs as compare_runs
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.demo import pipeline
-from instruments.demo.pipeline import DEMO_DEFAULTS
 from instruments.run import prepare as run_prepare
 from instruments.run import run_logs
 from instruments.run import settings as run_settings
@@ -37,13 +36,13 @@ def _prepared(tmp_path: Path) -> Prepared:
 
 
 def test_a_pretrained_model_composes_its_dtype_length_bypass_and_reward(tmp_path: Path) -> None:
-    s = RunSettings(work_dir=tmp_path, **{**DEMO_DEFAULTS, "dtype": "fp32"})
+    s = pipeline.demo_settings(tmp_path, dtype="fp32")
     config = _compose(verl_overrides(s, "bv_blend", _prepared(tmp_path), tmp_path / "run"))
     assert config.data.max_response_length == 64 and config.actor_rollout_ref.rollout.dtype == "float32"
     assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
     assert config.algorithm.rollout_correction.bypass_mode is True
     assert config.reward.custom_reward_function.name == "compute_last_number_score"
-    assert config.actor_rollout_ref.actor.optim.lr == 1e-5
+    assert config.actor_rollout_ref.actor.optim.lr == s.lr == pipeline.comparison_lr_steps()[0]
 
 
 def test_the_keys_say_which_model_and_dtype_made_a_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,61 +86,14 @@ def test_the_regime_refuses_a_configuration_that_would_revisit() -> None:
         no_revisit.check_regime([("grpo", 8)], specs[:1], 60, 1920, False)
 
 
-def test_the_recommended_run_is_the_rule_s_pick_from_the_committed_summaries() -> None:
-    label, estimator, n, overrides = pipeline.recommended_run()
-    summaries = regime.read_summaries()
-    # the committed summaries; results/regime/pretrained_lm_settings.json beside them is not one
-    assert set(summaries) == {"pretrained_lm", "logistic_lab"}  # the retired instruments' are not read
-    # the pick as the committed report (scripts/regime_report.py) printed it, not the function's steps again
-    report = (regime.SUMMARY_DIR / "recommendation.md").read_text()
-    picked = re.search(r"\*\*Recommendation: (.+?)\*\*|the rule recommends [^*]*\*\*(.+?)\*\*", report)
-    assert picked, "results/regime/recommendation.md names no pick: run scripts/regime_report.py"
-    named = (picked.group(1) or picked.group(2)).removesuffix(" stays.")  # "GRPO n=8 stays." when nothing qualified
-    key = next(k for k, arm in regime.ARMS.items() if arm.label == named)
-    arm, size = no_revisit.REGIME_ARMS[key]
-    assert label == f"recommended: {regime.ARMS[key].label}" and n == size
-    assert (estimator, overrides) == (compare_arms.ARMS[arm].estimator, compare_arms.ARMS[arm].overrides)
-
-
-def test_the_demo_script_takes_the_pretrained_defaults_and_offers_no_tiny_model(monkeypatch, tmp_path) -> None:
-    script = load_script("demo_cpu")
-    monkeypatch.chdir(tmp_path)  # its default --work-dir, demo_out, is read from where it runs
-    seen = {}
-    monkeypatch.setattr(script, "run_demo", lambda s, recommended, report_only: seen.update(
-        s=s, recommended=recommended) or "")
-    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--steps", "4", "--recommended"])
-    script.main()
-    s = seen["s"]
-    assert (s.model, s.task, s.distinct_train, s.lr, s.steps, s.batch) == ("smollm2", "wide", True, 1e-5, 4, 16)
-    assert seen["recommended"]
-    for retired in (["--warmup-steps", "10"], ["--layers", "2"]):  # the tiny model's flags: a test fixture only
-        monkeypatch.setattr("sys.argv", ["demo_cpu.py", *retired])
-        with pytest.raises(SystemExit):
-            script.main()
-
-
-def test_the_demo_script_shows_its_defaults_and_bounds_held_out_prompts_by_the_task(monkeypatch, capsys) -> None:
-    """--help reads each default from the demo's settings; the held-out bound is the task's (half its smallest family
-    per family)."""
+def test_the_held_out_split_is_bounded_by_the_task() -> None:
+    """The held-out bound is the task's: half its smallest family, per family."""
     from instruments.run.task import held_out_problems, max_held_out
 
-    script = load_script("demo_cpu")
-    monkeypatch.setattr(script, "run_demo", lambda s, recommended, report_only: "")
-    monkeypatch.setattr("sys.argv", ["demo_cpu.py", "--help"])
-    with pytest.raises(SystemExit):
-        script.main()
-    shown = " ".join(capsys.readouterr().out.split())
-    assert f"RL steps per method (default {DEMO_DEFAULTS['steps']})" in shown
-    assert f"codebook size K (default {RunSettings(work_dir=Path('x')).num_clusters})" in shown
     assert (max_held_out("demo"), max_held_out("wide")) == (125, 5000)  # tiny_sum's 50, echo3's 2,000 prompts
     assert len(held_out_problems(max_held_out("wide"), seed=0, task="wide")) == 5000
     with pytest.raises(ValueError, match="use at most 5000"):
         held_out_problems(5001, seed=0, task="wide")
-    for argv, refused in ((["--val-prompts", "5001"], "must be in 5..5000 for the 'wide' task"),):
-        monkeypatch.setattr("sys.argv", ["demo_cpu.py", *argv])
-        with pytest.raises(SystemExit):
-            script.main()
-        assert refused in capsys.readouterr().err
 
 
 def test_dynamic_sampling_s_draws_are_kept_per_step_with_the_result() -> None:

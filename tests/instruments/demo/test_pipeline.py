@@ -1,6 +1,7 @@
-"""The demo's verl overrides compose with verl's real config (every key exists, values parse), the settings checks
-that run before any expensive work, and the demo's stages end to end with verl replaced by run folders written like
-verl writes them (tests/demo/_fake_run.py)."""
+"""The demo's run is the committed comparison's run of its arm (its settings, composed into verl's real config), the
+checks that run before any expensive work and the command line's refusals, and the demo's stages end to end with verl
+replaced by a run folder written like verl writes it (tests/instruments/_fake_run.py); beside them, the one verl run's
+overrides and guards the demo stands on (instruments/run/verl_run.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
-from instruments.demo.pipeline import DEMO_DEFAULTS, check_demo, demo_plan
+from instruments.demo import pipeline
+from instruments.demo.pipeline import check_demo, demo_settings
 from instruments.run import reward
+from instruments.run import settings as run_settings
 from instruments.run.prepare import prepare
 from instruments.run.settings import Prepared, RunSettings
 from instruments.run.verl_run import verl_overrides
+from tests._scripts import load_script
 from tests.instruments._fake_run import QUESTION_FAMILY, write_fake_run
 
 
@@ -54,7 +58,8 @@ def test_overrides_compose_with_verl_config_as_main_ppo_would(tmp_path):
     assert (defaults.actor_rollout_ref.rollout.n, defaults.data.train_batch_size) == (s.n, s.batch)
 
 
-def test_the_second_run_skips_its_validation_before_training_and_nothing_else_changes(tmp_path):
+def test_a_run_without_its_own_start_skips_only_its_validation_before_training(tmp_path):
+    """A resumed comparison run (instruments/compare/runs.py) skips its step-0 validation; nothing else changes."""
     s = RunSettings(work_dir=tmp_path)
     prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
                         codebook=tmp_path / "codebook.npz")
@@ -66,15 +71,52 @@ def test_the_second_run_skips_its_validation_before_training_and_nothing_else_ch
     assert first.actor_rollout_ref.rollout.val_kwargs.n == s.val_samples == 8
 
 
-def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, monkeypatch):
-    """run_demo's stages with a fake verl: the first run validates before training (the shared start), the second
-    does not, and table.txt and summary.json report both methods' gains from the shared start."""
+def test_the_demo_trains_the_comparison_s_arm_at_its_settings(tmp_path, monkeypatch):
+    """The demo's run is the committed comparison's run of BV-Blend n = 2 (its result's settings, its lr and steps
+    file, its command's budget a step) but for its validations: at the start and the end only."""
+    monkeypatch.setattr(run_settings, "cpu_flags", lambda: {"avx512_bf16": True})  # this EPYC: no AMX, so fp32
+    s = demo_settings(tmp_path)
+    fixed = json.loads(pipeline.COMPARISON_SETTINGS.read_text())
+    assert (s.lr, s.steps, s.test_freq) == (fixed["lr"], fixed["steps"], fixed["steps"])
+    assert pipeline.differences_from_comparison(s) == [f"test_freq: 10 -> {fixed['steps']}"]
+    assert f"--rollouts-per-step {pipeline.ROLLOUTS_PER_STEP} " in json.loads(
+        pipeline.COMPARISON_SUMMARY.read_text())["command"]
+    committed = json.loads((pipeline.COMPARISON_RUNS.parent / "prepared" / "prepared.json").read_text())
+    assert s.preparation_key() == committed["key"]  # the comparison's task, split, pool and codebook
+    estimator, n, overrides = pipeline.demo_arm()
+    assert (estimator, n, overrides) == ("bv_blend", 2, ())
+    prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
+                        codebook=tmp_path / "codebook.npz")
+    config = _compose(verl_overrides(s, estimator, prepared, tmp_path / "run", extra=overrides))
+    rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
+    assert (config.algorithm.adv_estimator, rollout.n, config.data.train_batch_size) == ("bv_blend", 2, 32)
+    assert config.actor_rollout_ref.actor.optim.lr == fixed["lr"] and trainer.total_training_steps == fixed["steps"]
+    assert trainer.val_before_train is True and trainer.test_freq == fixed["steps"] and trainer.total_epochs == 1
+    assert (rollout.val_kwargs.n, rollout.val_kwargs.temperature) == (4, 1.0)
+    assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    # each flag the user changes is a difference the report names
+    assert pipeline.differences_from_comparison(demo_settings(tmp_path, lr=1e-4, seed=3)) == [
+        "lr: 2e-05 -> 0.0001", "seed: 0 -> 3", f"test_freq: 10 -> {fixed['steps']}"]
+
+
+def test_the_demo_s_settings_file_is_refused_where_it_is_missing_or_not_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file.*scripts/pretrained_settings.py"):
+        pipeline.comparison_lr_steps(tmp_path / "absent.json")
+    (tmp_path / "other.json").write_text('{"lr": 1e-5}')
+    with pytest.raises(ValueError, match="not a settings file of scripts/pretrained_settings.py.*'steps'"):
+        pipeline.comparison_lr_steps(tmp_path / "other.json")
+    with pytest.raises(FileNotFoundError, match="holds no bv_blend_n2_seed"):
+        pipeline.comparison_run_settings(tmp_path)
+
+
+def test_the_demo_runs_its_one_run_and_reports_it_beside_the_comparison(tmp_path, monkeypatch):
+    """run_demo's stages with a fake verl: one run of the arm, validated at its start and end, and report.txt,
+    summary.json and held_out.png made from it; --report-only remakes them and runs nothing."""
     from instruments.cpu import launch
-    from instruments.demo import pipeline
 
     prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
                         question_family=QUESTION_FAMILY)
-    monkeypatch.setattr(pipeline, "prepare", lambda s: prepared)
+    monkeypatch.setattr(pipeline, "prepare", lambda s, reuse=False: prepared)
     runs: list[dict[str, str]] = []
 
     def fake_run_trainer(overrides, log_path, metrics_path, timeout_s, extra_env=None, run_id=None):
@@ -82,50 +124,52 @@ def test_the_demo_measures_one_shared_start_and_reports_gains_from_it(tmp_path, 
         runs.append(o)
         folder = Path(o["trainer.validation_data_dir"]).parent
         assert metrics_path == folder / "metrics.jsonl"
-        write_fake_run(folder, o["algorithm.adv_estimator"], own_start=o["trainer.val_before_train"] == "true")
+        write_fake_run(folder, o["algorithm.adv_estimator"])
         log_path.write_text("fake\n")
         return 0
 
     monkeypatch.setattr(launch, "run_trainer", fake_run_trainer)
-    s = RunSettings(work_dir=tmp_path, steps=4, test_freq=2, val_samples=2)
-    table = pipeline.run_demo(s)
-    assert [(r["trainer.experiment_name"], r["trainer.val_before_train"], r["actor_rollout_ref.rollout.val_kwargs.n"])
-            for r in runs] == [("grpo", "true", "2"), ("bv_blend", "false", "2")]
-    assert (tmp_path / "table.txt").read_text().split("\n", 1)[1] == table + "\n"
-    assert table.startswith("shared start (step 0: the model before any RL step, validated once by verl, in the "
-                            "grpo run")
-    assert "gain from start (95% CI)" in table
+    monkeypatch.setattr(run_settings, "cpu_flags", lambda: {"avx512_bf16": True})  # no AMX: fp32, the comparison's
+    s = demo_settings(tmp_path, steps=4)
+    text = pipeline.run_demo(s)
+    assert [(r["algorithm.adv_estimator"], r["actor_rollout_ref.rollout.n"], r["data.train_batch_size"],
+             r["trainer.val_before_train"], r["trainer.test_freq"]) for r in runs] == [
+        ("bv_blend", "2", "32", "true", "4")]
+    assert Path(runs[0]["trainer.validation_data_dir"]).parent == tmp_path / "runs" / "bv_blend_n2"
+    assert (tmp_path / "report.txt").read_text().split("\n", 1)[1] == text + "\n"
+    lines = text.splitlines()
+    assert lines[0].startswith("BV-Blend cluster level n=2 (verl's algorithm.adv_estimator=bv_blend, 32 prompts x 2 "
+                               "rollouts a step), 4 steps at lr 2e-05")
+    assert "ONE run, seed 0; settings that differ from the comparison's: n_train: 1280 -> 256; steps: 20 -> 4" in (
+        lines[0])
+    # the fake run: 4 held-out prompts, 0.375 -> 0.625 (one prompt from 0 to 1): its interval holds zero
+    assert any(line.startswith("this run (one seed): did not learn: the held-out pass rate went from 0.375 ")
+               for line in lines)
+    assert "the comparison's figures are of another setting" in text
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["start"]["pass rate"] == 0.375 and summary["start"]["samples per prompt"] == 2
-    assert summary["runs"]["grpo"]["val before"] == summary["runs"]["bv_blend"]["val before"] == 0.375
-    assert summary["runs"]["grpo"]["gain"] == 0.5 and summary["runs"]["bv_blend"]["gain"] == 0.25
-    assert summary["runs"]["bv_blend"]["shared start"] == 1.0
-    assert summary["bv_blend - grpo after"]["difference"] == -0.25
-    assert (tmp_path / "curves.png").stat().st_size > 10_000
-    # --report-only rewrites the same table from the runs on disk, runs nothing, and keeps the runs' wall time
-    monkeypatch.setattr(pipeline, "prepare", lambda s, reuse=False: prepared)
+    assert summary["run"]["verdict"] == "did not learn" and summary["run"]["seeds"] == 1
+    assert summary["run"]["held out"]["all"]["gain"]["value"] == 0.25
+    assert summary["run"]["held out"]["echo"]["verdict"] == "did not learn"
+    assert summary["run"]["held out"]["tiny_sum"]["verdict"] is None  # one prompt: no interval, no verdict
+    assert (tmp_path / "held_out.png").stat().st_size > 10_000
+    # --report-only rewrites the same report from the run on disk, runs nothing, and keeps the run's wall time
     (tmp_path / "prepared.json").write_text("{}")  # the marker a real preparation leaves (prepare is faked here)
     monkeypatch.setattr(launch, "run_trainer", lambda *a, **k: pytest.fail("--report-only ran verl"))
-    assert pipeline.run_demo(s, report_only=True) == table
+    assert pipeline.run_demo(s, report_only=True) == text
     assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] == summary["wall_s"]
 
 
-def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):
-    assert RunSettings(work_dir=tmp_path, steps=30, batch=16).n_train == 480
-    assert RunSettings(work_dir=tmp_path, n_train=5000).n_train == 5000
-
-
 def test_the_demo_refuses_before_it_writes_anything_and_names_the_fix(tmp_path):
-    s = RunSettings(work_dir=tmp_path / "out", **DEMO_DEFAULTS)
+    s = demo_settings(tmp_path / "out")
     check_demo(s)  # a new folder: nothing to refuse
     (tmp_path / "file").touch()
-    too_many = RunSettings(work_dir=s.work_dir, **{**DEMO_DEFAULTS, "steps": 1000})
     for settings, report_only, error, message in [
         (replace(s, work_dir=tmp_path / "file"), False, ValueError, "is a file: pass a folder"),
         (s, True, FileNotFoundError, "holds no demo .*run it first, without --report-only"),
         (replace(s, model=str(tmp_path / "absent")), False, FileNotFoundError, "no such folder"),
         (replace(s, model=str(tmp_path)), False, FileNotFoundError, "no config.json"),
-        (too_many, False, ValueError, "need 16000 distinct training prompts.*lower --steps or --batch"),
+        (demo_settings(s.work_dir, steps=1000), False, ValueError,
+         "pool needs 64000 distinct training prompts.*lower --steps"),
     ]:
         with pytest.raises(error, match=message):
             check_demo(settings, report_only)
@@ -134,28 +178,61 @@ def test_the_demo_refuses_before_it_writes_anything_and_names_the_fix(tmp_path):
     s.work_dir.mkdir()
     earlier = {k: str(v) for k, v in asdict(replace(s, lr=1e-4)).items()}
     (s.work_dir / "summary.json").write_text(json.dumps({"settings": earlier}))
-    with pytest.raises(ValueError, match=r"other settings \(lr: 0.0001 -> 1e-05\).*Pass another --work-dir"):
+    with pytest.raises(ValueError, match=r"other settings \(lr: 0.0001 -> 2e-05\).*Pass another --work-dir"):
         check_demo(s)
     check_demo(replace(s, lr=1e-4, work_dir=tmp_path / "." / "out"))  # its path written otherwise: the same folder
 
 
-def test_with_the_recommended_run_the_pool_holds_a_fresh_prompt_for_every_step_of_every_run(tmp_path, monkeypatch):
-    """At the same rollouts a step, a run at one rollout a prompt draws 4x the prompts of the n = 4 runs: the pool
-    grows to it, so verl walks it in one epoch (with the n = 4 runs' pool it would take 4, each prompt 4 times)."""
-    from instruments.demo import pipeline
+def test_the_demo_script_takes_the_comparison_s_settings_and_the_flags_on_top(monkeypatch, tmp_path):
+    script = load_script("demo_cpu")
+    monkeypatch.chdir(tmp_path)  # its default --work-dir, demo_out, is read from where it runs
+    seen = {}
+    monkeypatch.setattr(script, "run_demo", lambda s, report_only: seen.update(s=s, report_only=report_only) or "")
+    script.main(["--steps", "4"])
+    s = seen["s"]
+    assert (s.model, s.task, s.distinct_train, s.lr, s.steps, s.batch, s.n, s.test_freq, s.n_train) == (
+        "smollm2", "wide", True, 2e-5, 4, 32, 2, 4, 256)
+    assert (s.val_prompts, s.val_samples, s.dtype, s.work_dir) == (120, 4, "auto", Path("demo_out"))
+    script.main(["--test-freq", "10", "--lr", "1e-4", "--seed", "3", "--dtype", "fp32"])
+    assert (seen["s"].test_freq, seen["s"].steps, seen["s"].lr, seen["s"].seed, seen["s"].dtype) == (
+        10, 20, 1e-4, 3, "fp32")
 
-    monkeypatch.setattr(pipeline, "recommended_run", lambda: ("recommended: one a prompt", "reinforce_plus_plus", 1,
-                                                              ()))  # fmt: skip
-    s = RunSettings(work_dir=tmp_path, **DEMO_DEFAULTS)
-    planned, plan = demo_plan(s, recommended=True)
-    assert [run[0] for run in plan] == ["grpo", "bv_blend", "recommended: one a prompt"]
-    assert (s.n_train, planned.n_train) == (16 * 16, 16 * 64) and demo_plan(s)[0] == s
-    prepared = Prepared(model=tmp_path / "model", train=tmp_path / "train.parquet", val=tmp_path / "val.parquet",
-                        codebook=tmp_path / "codebook.npz")
-    epochs = {(settings.n_train, n): _compose(verl_overrides(settings, "reinforce_plus_plus", prepared, tmp_path / "r",
-                                                             n=n, batch=64 // n)).trainer.total_epochs
-              for settings in (s, planned) for n in (4, 1)}  # fmt: skip
-    assert epochs == {(256, 4): 1, (256, 1): 4, (1024, 4): 1, (1024, 1): 1}
+
+def test_the_demo_script_refuses_bad_and_retired_flags_with_the_reason(monkeypatch, tmp_path, capsys):
+    script = load_script("demo_cpu")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(script, "run_demo", lambda s, report_only: pytest.fail("a refused command ran"))
+    (tmp_path / "file").touch()
+    for argv, reason in (
+        (["--steps", "0"], "--steps 0: must be >= 1"),
+        (["--test-freq", "0"], "--test-freq 0: must be >= 1"),
+        (["--lr=-1e-5"], "--lr -1e-05: must be > 0"),
+        (["--work-dir", "file"], "is a file: pass a folder"),
+        (["--report-only"], "holds no demo"),
+        (["--recommended"], "unrecognized arguments: --recommended"),  # one method: the second run is gone
+        (["--batch", "16"], "unrecognized arguments"),  # the comparison's sizes, not the user's
+        (["--val-prompts", "100"], "unrecognized arguments"),
+        (["--warmup-steps", "10"], "unrecognized arguments"),  # the tiny model's: a test fixture only
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            script.main(argv)
+        assert exit_.value.code == 2 and reason in capsys.readouterr().err
+
+
+def test_the_demo_script_shows_the_comparison_s_defaults(capsys):
+    script = load_script("demo_cpu")
+    with pytest.raises(SystemExit):
+        script.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    fixed = json.loads(pipeline.COMPARISON_SETTINGS.read_text())
+    assert f"RL steps (default {fixed['steps']}, the comparison's: pretrained_lm_settings.json)" in shown
+    assert f"(default {fixed['lr']:g}, the comparison's)" in shown
+    assert "default: --steps, that is before the first update and after the last only" in shown
+
+
+def test_training_rows_cover_every_step_of_the_single_epoch(tmp_path):
+    assert RunSettings(work_dir=tmp_path, steps=30, batch=16).n_train == 480
+    assert RunSettings(work_dir=tmp_path, n_train=5000).n_train == 5000
 
 
 def test_reusing_a_preparation_made_with_other_settings_is_refused(tmp_path):

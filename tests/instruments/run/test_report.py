@@ -1,5 +1,6 @@
-"""Tables and plot of the demo from run folders written like verl writes them (tests/demo/_fake_run.py): the shared
-start and the method runs that skip their own step-0 validation."""
+"""One run read from folders written like verl writes them (tests/instruments/_fake_run.py): its validation curve,
+pass rates and paired gains with their intervals, the training signal, and the shared start that a run without its own
+step-0 validation is measured from. The demo's report on these is tested in tests/instruments/demo/test_report.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from instruments.demo import report as demo_report
 from instruments.run import report, run_logs
-from tests.instruments._fake_run import BV_BLEND_LAST, QUESTION_FAMILY, VALIDATION, family_means, write_fake_run
+from tests.instruments._fake_run import QUESTION_FAMILY, VALIDATION, family_means, write_fake_run
 
 T95_3 = 3.182446305284263  # Student's t, 97.5% quantile, 3 degrees of freedom (4 prompts)
 
@@ -95,10 +95,6 @@ def test_gain_from_the_shared_start_by_hand(shared):
     bv = shared["bv_blend"].summary()
     assert bv["val before"] == 0.375 and bv["val before ±"] == grpo["val before ±"]
     assert bv["gain"] == 0.25 and bv["gain ±"] == pytest.approx(T95_3 / 4, rel=1e-12)
-    # bv_blend - grpo after: -1/2, -1, 0, 1/2 -> -0.25 (= 0.25 - 0.5, the start cancels), sd sqrt(1.25 / 3)
-    diff, half = demo_report.method_difference(shared)
-    assert diff == pytest.approx(bv["gain"] - grpo["gain"]) and diff == -0.25
-    assert half == pytest.approx(T95_3 * math.sqrt(1.25 / 3) / 2, rel=1e-12)
 
 
 def test_the_shared_start_is_each_run_s_step_0(shared):
@@ -146,50 +142,6 @@ def test_summary_uses_logged_signal_for_bv_blend_and_steady_steps_for_time(runs)
     assert grpo["val before"] == pytest.approx(_prompt_means(0).mean())
     assert grpo["val after"] == pytest.approx(_prompt_means(4).mean())
     assert grpo["steps"] == 4 and not math.isnan(grpo["gain ±"])
-
-
-def test_tables_report_the_shared_start_and_gains_from_it(shared, tmp_path):
-    rates = demo_report.pass_rate_table(shared)
-    assert list(rates.columns) == ["start", "grpo after", "grpo gain", "bv_blend after", "bv_blend gain"]
-    # start per family: echo 1/4 (2 prompts x 2), tiny_sum 1, small_sum 0; all: over prompts
-    assert rates["start"].to_dict() == pytest.approx({"echo": 0.25, "tiny_sum": 1.0, "small_sum": 0.0, "all": 0.375})
-    assert rates["grpo after"].to_dict() == pytest.approx({"echo": 1.0, "tiny_sum": 1.0, "small_sum": 0.5,
-                                                           "all": 0.875})
-    assert rates["grpo gain"].to_dict() == pytest.approx({"echo": 0.75, "tiny_sum": 0.0, "small_sum": 0.5, "all": 0.5})
-    assert rates["bv_blend gain"].to_dict() == pytest.approx({"echo": 0.0, "tiny_sum": 0.0, "small_sum": 1.0,
-                                                              "all": 0.25})
-    assert rates.loc["all", "bv_blend after"] == pytest.approx(np.mean([np.mean(v) for v in BV_BLEND_LAST.values()]))
-    text = demo_report.demo_tables(shared)
-    assert text.splitlines()[0] == (
-        "shared start (step 0: the model before any RL step, validated once by verl, in the grpo run before its first "
-        "update, for every method): 0.375 ± 0.762 (95% CI; 4 held-out prompts x 2 responses at T=1; from sampling the "
-        "responses alone ± 0.245), in format 0.38")
-    assert "after training (step 4, 2 responses per prompt)" in text
-    stats = demo_report.stats_table(shared)
-    assert list(stats.columns[:2]) == ["after (step 4)", "gain from start (95% CI)"]
-    assert stats.loc["grpo", "gain from start (95% CI)"] == "+0.500 ± 0.650"
-    assert stats.loc["bv_blend", "gain from start (95% CI)"] == "+0.250 ± 0.796"
-    assert stats.loc["grpo", "after (step 4)"] == "0.875 ± 0.398"
-    assert "val before" not in text  # one start, not one per method
-    assert text.splitlines()[-4].endswith("the start being shared): -0.250 ± 1.027")
-    # said plainly, per method, from the gain's interval over prompts
-    assert text.splitlines()[-1] == "bv_blend: did not learn measurably: the held-out gain +0.250 ± 0.796 holds zero"
-    for word in ("echo", "tiny_sum", "small_sum", "all", "adv share %", "all-wrong %"):
-        assert word in text
-    summary = json.loads(json.dumps(demo_report.demo_summary(shared)))  # what summary.json holds
-    assert summary["start"]["pass rate"] == 0.375 and summary["start"]["samples per prompt"] == 2
-    assert summary["runs"]["grpo"]["val before"] == summary["runs"]["bv_blend"]["val before"] == 0.375
-    assert summary["runs"]["grpo"]["gain"] == 0.5 and summary["runs"]["bv_blend"]["gain"] == 0.25
-    assert summary["bv_blend - grpo after"]["difference"] == -0.25
-    png = demo_report.plot_runs(shared, tmp_path / "curves.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-
-
-def test_tables_need_one_shared_start(runs, shared):
-    with pytest.raises(ValueError, match="one shared start"):
-        demo_report.demo_tables(runs)
-    with pytest.raises(ValueError, match="one shared start"):
-        demo_report.demo_tables({"grpo": shared["grpo"], "bv_blend": runs["bv_blend"]})
 
 
 def test_a_run_without_validation_is_a_clear_error(tmp_path):
