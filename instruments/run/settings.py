@@ -24,8 +24,8 @@ PRETRAINED_STEP_TIMEOUT_S = 400.0
 @dataclass
 class RunSettings:
     """What the command-line flags change. The defaults are the comparison's where scripts/compare_cpu.py reads them
-    (val_prompts, num_clusters, seed, response_length: its results' keys hold them); the demo's are DEMO_DEFAULTS's
-    (docs/cpu.md, "The demo", says why each is what it is)."""
+    (val_prompts, num_clusters, seed, response_length: its results' keys hold them); the demo sets its own to the
+    pretrained-LM comparison's (instruments/demo/pipeline.py, demo_settings; docs/cpu.md, "The demo")."""
 
     work_dir: Path
     steps: int = 24  # RL steps per method
