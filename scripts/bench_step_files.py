@@ -11,7 +11,8 @@ step, then records with ``sys.setprofile`` every bv_blend file whose code runs d
 - ``legacy``: verl's ``ray_trainer.compute_advantage`` (wrapped by our hook) on a ``DataProto``, as
   ``RayPPOTrainer.fit`` calls it;
 - ``v1``: our hook around ``PPOTrainer._compute_advantage``, on a trainer with only ``config`` set (as
-  tests/verl/test_v1_advantage_step.py drives it); TransferQueue is replaced by the step's columns and verl's own
+  tests/bv_blend/verl/test_v1_advantage_step.py drives it); TransferQueue is replaced by the step's columns and
+  verl's own
   method by the call it ends in (``compute_advantage`` with ``config=self.config.algorithm``), so no Ray starts.
 
 It prints each list and its count. Run it with any checkout on ``PYTHONPATH`` to compare two versions.

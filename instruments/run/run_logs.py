@@ -119,7 +119,7 @@ def generated_rollouts(result: dict, steps: Sequence[int]) -> np.ndarray:
     kept per step in the result by filter_groups_of; none logged at a step: none drawn), n rollouts each.
 
     Despite their names, verl counts those two in prompt groups (``len(dapo_uids)``, ``len(surplus_uids)`` in its
-    sync ReplayBuffer), not rollouts: tests/verl/test_v1_advantage_step.py holds them to verl's own buffer."""
+    sync ReplayBuffer), not rollouts: tests/bv_blend/verl/test_v1_advantage_step.py holds them to verl's own buffer."""
     spec, drawn = result["spec"], result.get("filter_groups", {})
     extra = {int(step): 0.0 for step in range(1, max(steps) + 1)}
     for name in ("evicted_samples", "discarded_surplus_samples"):

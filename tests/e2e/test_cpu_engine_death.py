@@ -106,7 +106,7 @@ def test_engine_death_reports_how_the_engine_core_ended() -> None:
 
 
 # verl's ReplayBuffer with the check, on a real TransferQueue:
-# tests/verl/test_v1_advantage_step.py::test_the_replay_buffer_checks_the_engines_once_per_new_failed_group
+# tests/bv_blend/verl/test_v1_advantage_step.py::test_the_replay_buffer_checks_the_engines_once_per_new_failed_group
 
 
 PROBE = """

@@ -1,5 +1,6 @@
 """The instruments' readings of verl's real sync ``ReplayBuffer`` on a real TransferQueue (the product's advantage
-step runs on the same in tests/verl/test_v1_advantage_step.py, whose fixture and row writer these share): what the
+step runs on the same in tests/bv_blend/verl/test_v1_advantage_step.py, whose fixture and row writer these
+share): what the
 comparison counts of verl's dynamic sampling (instruments/run/run_logs.py), and the CPU platform's engine-death check
 (instruments/cpu/rollout_patches.py)."""
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 import transfer_queue as tq
 
-from tests.verl.test_v1_advantage_step import _put_rows, transfer_queue  # noqa: F401 (a module-scoped fixture)
+from tests.bv_blend.verl.test_v1_advantage_step import _put_rows, transfer_queue  # noqa: F401 (a module-scoped fixture)
 
 # one TransferQueue (and Ray) a module: its tests stay on one xdist worker, beside the product's (scripts/test.sh)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("transfer_queue_step"),

@@ -236,7 +236,7 @@ def test_verls_legacy_step_metrics_count_the_verifier_failures():
     (patched by the plugin) sums verifier_failure into reward/verifier_failures, for any estimator."""
     from verl.trainer.ppo import ray_trainer
 
-    from tests.verl._companion_helpers import group_batch
+    from tests.bv_blend.verl._companion_helpers import group_batch
 
     data = group_batch([[1, 0], [0, 0]], prefix="r", seed=0)
     data = ray_trainer.compute_advantage(data, adv_estimator="grpo", num_repeat=2)

@@ -21,7 +21,7 @@ import transfer_queue as tq
 
 from bv_blend import BVBlendEstimator
 from bv_blend.verl import advisor, runtime
-from tests.verl._helpers import (
+from tests.bv_blend.verl._helpers import (
     PAPER,
     PAPER_PROMPTS,
     PROMPT_AND_CLUSTER,
@@ -179,7 +179,7 @@ def test_v1_multi_output_sessions_count_once_like_verl_grpo(transfer_queue):
     trainer._compute_advantage(batch, {})
     written = tq.kv_batch_get(keys=batch.keys, partition_id="multi", select_fields=["advantages"])["advantages"]
 
-    from tests.verl._helpers import step_dataproto
+    from tests.bv_blend.verl._helpers import step_dataproto
 
     expected = compute_advantage_for_multi_trajectories(
         step_dataproto(rows), batch_keys=list(batch.keys), adv_estimator="grpo"

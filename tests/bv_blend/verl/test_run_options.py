@@ -15,7 +15,7 @@ from bv_blend.verl.compositions import check_run
 from bv_blend.verl.glue.bv_blend import BVBlendOptions
 from bv_blend.verl.sampler import success_estimates
 from bv_blend.verl.state import restore_state, save_state
-from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, step_dataproto, step_rows
+from tests.bv_blend.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, step_dataproto, step_rows
 
 
 def _refuse_parsing(monkeypatch):

@@ -1,7 +1,7 @@
 """Run in a fresh process by test_checkpoint.py: resume through verl's patched ``_load_checkpoint``, train on, and
 check the estimator state against the uninterrupted run's, bit for bit.
 
-    python -m tests.verl._resume_worker CKPT_ROOT SAVED_STEP LAST_STEP REFERENCE.pt
+    python -m tests.bv_blend.verl._resume_worker CKPT_ROOT SAVED_STEP LAST_STEP REFERENCE.pt
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def main(root: str, saved_step: int, last_step: int, reference_path: str) -> Non
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     from bv_blend.verl import runtime
-    from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, state_tensors
+    from tests.bv_blend.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, state_tensors
 
     reference = state_tensors(torch.load(reference_path, weights_only=True))
     resume_path = os.path.join(root, f"global_step_{saved_step}")

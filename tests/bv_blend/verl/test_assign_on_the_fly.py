@@ -18,7 +18,7 @@ from bv_blend.codebook.encode import TextEncoder
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
 from tests.bv_blend.codebook.test_annotate import questions, verl_frame
-from tests.verl._helpers import compose_config
+from tests.bv_blend.verl._helpers import compose_config
 
 ROLLOUTS = 2
 

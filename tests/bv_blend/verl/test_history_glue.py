@@ -28,7 +28,7 @@ from bv_blend.verl import runtime
 from bv_blend.verl.compositions import check_run
 from bv_blend.verl.hooks import METRICS_KEY
 from bv_blend.verl.records import BY_NAME
-from tests.verl._helpers import K, compose_config, minimal_trainer, padded, step_dataproto, step_rows
+from tests.bv_blend.verl._helpers import K, compose_config, minimal_trainer, padded, step_dataproto, step_rows
 
 LEVELS = {
     "spo": ["algorithm.adv_estimator=spo"],

@@ -1,6 +1,6 @@
 """The history-driven prompt sampler (history_spec 5 and 6): its weights and draws, its refusals, and an exact resume
 through verl's real ``StatefulDataLoader`` with the sampler verl's own (patched) ``create_rl_sampler`` returns; with
-``epoch_without_replacement`` too (its math alone: tests/test_history_sampler_epoch.py)."""
+``epoch_without_replacement`` too (its math alone: tests/bv_blend/history/test_sampler_epoch.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bv_blend.verl import runtime
 from bv_blend.verl.compositions import check_run
 from bv_blend.verl.hooks import METRICS_KEY
 from bv_blend.verl.sampler import UNSEEDED, HistorySampler, SamplerOptions, restore_skipped_state, success_estimates
-from tests.verl._helpers import compose_config
+from tests.bv_blend.verl._helpers import compose_config
 
 PROMPTS = 40
 BATCH = 4
@@ -48,7 +48,7 @@ def loader(config, data: list[dict]) -> StatefulDataLoader:
 
 def train_on(config, batch: list[dict], step: int) -> dict[str, float]:
     """One step's advantages through verl's legacy compute_advantage: the history moves, so the weights do."""
-    from tests.verl._companion_helpers import group_batch
+    from tests.bv_blend.verl._companion_helpers import group_batch
 
     rewards = [[float((row["extra_info"]["index"] * 7 + step) % 3 == 0)] for row in batch]
     data = group_batch(rewards, prefix=f"s{step}", seed=step)

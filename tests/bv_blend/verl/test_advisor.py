@@ -30,7 +30,14 @@ from bv_blend.history.visits import (
 )
 from bv_blend.verl import advisor
 from bv_blend.verl.hooks import METRICS_KEY
-from tests.verl._helpers import PAPER, PAPER_PROMPTS, PROMPT_AND_CLUSTER, compose_config, step_dataproto, step_rows
+from tests.bv_blend.verl._helpers import (
+    PAPER,
+    PAPER_PROMPTS,
+    PROMPT_AND_CLUSTER,
+    compose_config,
+    step_dataproto,
+    step_rows,
+)
 
 SPO = ["algorithm.adv_estimator=spo"]
 LOGGER = advisor.__name__
@@ -143,7 +150,7 @@ def test_the_paper_scale_warns_where_a_prompt_history_acts_on_few_rows(caplog, o
                  "prompt (verl's sampler", "a share of 0.00 of the rows", fix, "This is a warning"):  # fmt: skip
         assert part in message, part
     named = re.search(r"what to run there: (\S+)\.", message)  # the measured guidance, a file of this repository
-    assert named and (Path(__file__).parents[2] / named.group(1)).is_file(), message
+    assert named and (Path(__file__).parents[3] / named.group(1)).is_file(), message
     assert advice.metrics() == {"advisor/visits_per_prompt": pytest.approx(8000 / 45000),
                                 "advisor/prompt_history_row_share": 0.0}  # fmt: skip
 
@@ -250,7 +257,7 @@ def test_the_legacy_trainer_warns_at_start_and_logs_the_metrics_every_step(caplo
 
 
 # the V1 trainer's advice at its first advantage step runs verl's real step on a real TransferQueue:
-# tests/verl/test_v1_advantage_step.py::test_v1_trainer_advises_at_its_first_advantage_step
+# tests/bv_blend/verl/test_v1_advantage_step.py::test_v1_trainer_advises_at_its_first_advantage_step
 
 
 # ------------------------------------------------------------------------------- the recommended config (issue 37)

@@ -22,7 +22,7 @@ from bv_blend.history.priors import load_priors
 from bv_blend.verl import offline, runtime
 from bv_blend.verl.glue.bv_blend import PRIORS_HASH
 from bv_blend.verl.records import BY_NAME
-from tests.verl._helpers import K, compose_config, minimal_trainer, run_legacy_steps
+from tests.bv_blend.verl._helpers import K, compose_config, minimal_trainer, run_legacy_steps
 
 # Two prompts x 2 rollouts, each group with one right and one wrong answer: GRPO's baseline is 0.5 for both, a prior
 # of 0.9 moves the blended baseline of prompt "a" (and of its cluster) away from it.

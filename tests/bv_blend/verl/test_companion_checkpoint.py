@@ -1,5 +1,5 @@
 """HA-DW's anchor history in verl checkpoints (``global_step_N/ha_dw_state.pt``), through verl's real
-``_save_checkpoint`` / ``_load_checkpoint`` and our hooks, as tests/verl/test_checkpoint.py does for BV-Blend.
+``_save_checkpoint`` / ``_load_checkpoint`` and our hooks, as tests/bv_blend/verl/test_checkpoint.py does for BV-Blend.
 
 The trainers are built without ``__init__`` (which starts Ray workers on GPUs) and their ``actor_rollout_wg`` is a
 recording fake, because the real worker group drives FSDP workers that need GPUs: hence ``fake_workers`` in the
@@ -21,7 +21,7 @@ from verl.trainer.ppo.v1 import trainer_sync
 from bv_blend.paper.configs import compose_paper_config
 from bv_blend.verl import runtime
 from bv_blend.verl.records import BY_NAME
-from tests.verl._helpers import minimal_trainer, step_dataproto, step_rows
+from tests.bv_blend.verl._helpers import minimal_trainer, step_dataproto, step_rows
 
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
 STATE_FILE = BY_NAME["ha_dw"].state_file

@@ -25,7 +25,7 @@ from bv_blend.verl.glue.bv_blend import BVBlendOptions
 # worker that gets one of its tests (scripts/test.sh: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("configs_by_name")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SEPARATOR = "=== bv_blend config: "
 RUN_EACH = f"""
 import sys

@@ -21,7 +21,7 @@ from verl.trainer.ppo import rollout_corr_helper as rollout_corr
 from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.codebook import CLUSTER_KEY
 from bv_blend.verl import runtime
-from tests.verl._companion_helpers import algorithm, group_batch, sequence_advantages
+from tests.bv_blend.verl._companion_helpers import algorithm, group_batch, sequence_advantages
 
 CALLS = ([[1, 0, 0, 1], [1, 1, 1, 0], [0, 0, 1]], [[0, 1, 0, 0], [1, 1, 0, 1], [1, 1, 1]])
 DRIFTED = (1, 4, 9)  # rows whose rollout log-probs drifted from the trainer's: rejection sampling drops them

@@ -32,7 +32,7 @@ from bv_blend.verl.compositions import check_run
 pytestmark = pytest.mark.xdist_group("companion_trainer_start")
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ["data.train_files=[train.parquet]", "data.val_files=[val.parquet]"]
 K = {"algorithm.bv_blend.num_clusters": 4}
 

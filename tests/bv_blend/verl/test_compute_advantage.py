@@ -17,7 +17,7 @@ from bv_blend.codebook import CLUSTER_KEY
 from bv_blend.verl import runtime
 from bv_blend.verl.clusters import MissingClusterError
 from bv_blend.verl.hooks import METRICS_KEY
-from tests.verl._helpers import K, padded, step_dataproto, step_rows
+from tests.bv_blend.verl._helpers import K, padded, step_dataproto, step_rows
 
 
 def algorithm(**bv_blend) -> OmegaConf:

@@ -19,11 +19,11 @@ from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.verl import runtime
 from bv_blend.verl.records import BY_NAME
-from tests.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, state_tensors, tiny_codebook
+from tests.bv_blend.verl._helpers import compose_config, minimal_trainer, run_legacy_steps, state_tensors, tiny_codebook
 
 STATE_FILE = BY_NAME["bv_blend"].state_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SAVED_STEP, LAST_STEP = 2, 4
 
 
@@ -52,7 +52,7 @@ def test_fake_workers_save_then_resume_in_new_process_is_bit_identical(tmp_path)
     reference = tmp_path / "uninterrupted.pt"
     torch.save(runtime.estimator_for("bv_blend", config.algorithm).estimator.state_dict(), reference)
 
-    cmd = [sys.executable, "-W", "ignore", "-m", "tests.verl._resume_worker", str(tmp_path), str(SAVED_STEP)]
+    cmd = [sys.executable, "-W", "ignore", "-m", "tests.bv_blend.verl._resume_worker", str(tmp_path), str(SAVED_STEP)]
     proc = subprocess.run([*cmd, str(LAST_STEP), str(reference)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for case in ("v1/auto", "v1/resume_path", "legacy/auto"):

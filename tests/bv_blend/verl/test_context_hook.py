@@ -13,7 +13,7 @@ from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.v1 import trainer_sync
 
 from bv_blend.verl.context_budget import ContextBudgetError
-from tests.verl._helpers import compose_config
+from tests.bv_blend.verl._helpers import compose_config
 
 
 @pytest.mark.parametrize("trainer_cls", ["v1", "legacy"])

@@ -9,7 +9,7 @@ from hydra.errors import ConfigCompositionException
 
 from bv_blend import BVBlendConfig
 from bv_blend.verl.glue.bv_blend import BVBlendOptions
-from tests.verl._helpers import compose_config
+from tests.bv_blend.verl._helpers import compose_config
 
 
 def test_our_config_extends_verl_ppo_trainer_and_declares_every_option():

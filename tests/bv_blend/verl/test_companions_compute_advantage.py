@@ -18,7 +18,7 @@ from verl.trainer.ppo import ray_trainer
 from bv_blend.verl import runtime
 from bv_blend.verl.channel import current_step
 from bv_blend.verl.hooks import METRICS_KEY
-from tests.verl._companion_helpers import algorithm, group_batch, run, sequence_advantages
+from tests.bv_blend.verl._companion_helpers import algorithm, group_batch, run, sequence_advantages
 
 HARD_AND_EASY = [[1, 0, 0, 0], [1, 1, 1, 0]]
 MAXNORM_TABLE = [[0.51, 0.50, 0.49, 0.50], [0.503, 0.501, 0.499, 0.500], [0.01, 0.01, 0, 0], [1, 0, 0, 0], [0.7]]
