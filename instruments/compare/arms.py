@@ -52,6 +52,11 @@ ARMS: dict[str, Arm] = {
     "bv_blend_sampler": Arm("bv_blend", SAMPLER, "BV-Blend (cluster history), prompts drawn by the history"),
     "bv_blend_prompt_sampler": Arm("bv_blend", PROMPT_LEVEL + SAMPLER,
                                    "BV-Blend at the prompt level, prompts drawn by the history"),
+    # the cold start's lever (results/fair_verdict.md, section 3): the clusters' history chooses which prompts of
+    # the pool are used, none twice in an epoch (history_spec 5)
+    "bv_blend_sampler_epoch": Arm("bv_blend", (*SAMPLER, "data.history_sampler.epoch_without_replacement=true"),
+                                  "BV-Blend (cluster history), each batch drawn by the history from the prompts not "
+                                  "yet drawn"),
     "spo": Arm("spo", (), "SPO: each prompt's Beta tracker as baseline, normalised over the batch"),
     "spo_sampler": Arm("spo", SAMPLER, "SPO, prompts drawn by its tracker (sqrt(p(1-p)) + 0.05)"),
     # verl's own, no history: the rewards whitened over the batch, so at n = 1 the batch mean is the baseline (the

@@ -88,3 +88,17 @@ def test_a_pool_larger_than_a_family_is_a_clear_error():
 
     with pytest.raises(ValueError, match="family 'echo' of task 'demo' has 176 problems outside the held-out split"):
         distinct_problems(5120, seed=0, exclude={p.question for p in held_out_problems(120, seed=0)})
+
+
+def test_the_cold_task_is_the_wide_families_that_start_near_zero_with_a_pool_for_its_runs():
+    """results/fair_verdict.md, section 3: plus_digit, times_12 and sum_2digit, as the wide task has them; 40
+    held-out prompts a family and a pool of 64 x 40 distinct problems (the 40-step fallback) disjoint from them."""
+    from instruments.run.task import TASKS, WIDE_FAMILIES, distinct_problems
+
+    assert list(TASKS["cold"]) == ["plus_digit", "times_12", "sum_2digit"]
+    assert all(TASKS["cold"][name] is WIDE_FAMILIES[name] for name in TASKS["cold"])
+    held_out = {p.question for p in held_out_problems(120, seed=0, task="cold")}
+    pool = distinct_problems(64 * 40, seed=0, exclude=held_out, task="cold")
+    questions = {p.question for p in pool}
+    assert len(held_out) == 120 and len(questions) == 64 * 40 and not held_out & questions
+    assert {p.family for p in pool} == set(TASKS["cold"])
