@@ -31,10 +31,10 @@ from bv_blend.paper.data.openr1 import (
 )
 from tests.fixtures.make_fixtures import OPENR1_CASES, OPENR1_MAX_TOKENS, OPENR1_PLAIN_ROWS, openr1_rows
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 import prepare_openr1_math  # noqa: E402  (the command-line face)
-from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402
+
+from tests._codebook_helpers import tiny_tokenizer_dir  # noqa: E402
 
 SHARDS = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "openr1").glob("train-*.parquet"))
 KEPT_ROWS = sum(case[-1] == KEPT for case in OPENR1_CASES.values()) + OPENR1_PLAIN_ROWS  # 4 + 8

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,9 +21,7 @@ from bv_blend.paper.rewards import (
     get_pool,
     verify_answer,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from _codebook_helpers import tiny_tokenizer_dir  # noqa: E402
+from tests._codebook_helpers import tiny_tokenizer_dir  # noqa: E402
 
 # One worker runs this module's tests in file order, as a single process did before the suite ran on pytest-xdist: the
 # tests share the process-wide VerifierPool, whose workers carry state from test to test, and with the tests spread
