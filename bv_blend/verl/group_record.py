@@ -74,8 +74,8 @@ def group_lines(step: int, columns: Mapping[str, Sequence[Any] | None], prompt_k
             group = groups[uid] = {"step": int(step), "prompt_key": prompt_keys.get(uid),
                                    "cluster": None if cluster is None else int(cluster), "rewards": [],
                                    "advantages": [], **_rounded(details.get(uid, {}))}
-        group["rewards"].append(_rounded_number(float(_as_list(columns["rm_scores"][row]).sum())))
-        group["advantages"].append(_rounded_number(float(_as_list(columns["advantages"][row]).mean())))
+        group["rewards"].append(_rounded_number(float(_token_values(columns["rm_scores"][row]).sum())))
+        group["advantages"].append(_rounded_number(float(_token_values(columns["advantages"][row]).mean())))
     return list(groups.values())
 
 
@@ -87,7 +87,7 @@ def append(path: Path, lines: Sequence[Mapping[str, Any]]) -> None:
             out.write(json.dumps(line, allow_nan=False) + "\n")
 
 
-def _as_list(values: Any) -> Any:
+def _token_values(values: Any) -> Any:
     """A row's token values as a float tensor or array (TransferQueue gives tensors; tests may give lists)."""
     import numpy as np
     import torch

@@ -102,12 +102,17 @@ class RunSpec:
         return arm_label(self.arm, self.n, self.batch)
 
     @property
+    def definition(self) -> Arm:
+        """What this run runs, as an arm: the questions about an arm's overrides are answered once, there."""
+        return Arm(self.estimator, self.overrides)
+
+    @property
     def samples_by_history(self) -> bool:
-        return SAMPLER_ON in self.overrides
+        return self.definition.samples_by_history
 
     @property
     def reads_priors(self) -> bool:
-        return any(PRIORS_FILE in o for o in self.overrides)
+        return self.definition.reads_priors
 
     def describe(self) -> dict:
         """What decides this run's result, as stored in its result.json (JSON has no tuples)."""
