@@ -9,7 +9,9 @@ State, under ``results/regime/`` (what ``scripts/run_state.py save`` keeps: resu
     own_lr/<arm>_n<n>/lr_<x>/runs/<arm>_n<n>_seed<s>/        judged runs at the arm's own rate (seeds 0-4)
     pretrained_lm_runs/comparison/runs/...                   the committed comparison at 2e-5 (GRPO's old rate)
     cold_start/selection/steps_<k>/runs/grpo_n8_seed<s>/     the cold start's selection runs (seeds 100, 101)
-    cold_start/arms/runs/<arm>_n<n>_seed<s>/                 the cold start's judged runs (seeds 0-4)
+    cold_start/arms/<arm>_n<n>/lr_<x>/runs/<arm>_n<n>_seed<s>/  the cold start's judged runs (seeds 0-4)
+
+One comparison folder per arm and rate: a comparison's runs share one learning rate and one settings key.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ COMMITTED = REGIME / "pretrained_lm_runs" / "comparison"  # every arm at 2e-5: c
 COMMITTED_LR = 2e-5
 COLD = REGIME / "cold_start"
 COLD_SELECTION = COLD / "selection"
-COLD_ARMS_STATE = COLD / "arms"
+COLD_ARMS_STATE = COLD / "arms"  # <arm>_n<n>/lr_<x>/runs/, as OWN_LR
 REPORT = ROOT / "results" / "fair_verdict"  # the generated report and its plots (the design is fair_verdict.md)
 CHOICE_FILE = "choice.json"
 
