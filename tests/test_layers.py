@@ -43,6 +43,7 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "compare": 5,                                   # many runs: the arms, their results, the reports, the regime's
     "lab": 5,                                       # the logistic lab (simulated RLVR)
     "tuning": 5,                                    # each arm's own learning rate (issue 56)
+    "cold_start": 5,                                # the cold start's task accepted or not (issue 56)
     "fair_verdict": 5,                              # the fair verdict's plan: arms, order, seeds, where state lives
     "demo": 6,                                      # the main job: one run of BV-Blend's cluster level at n = 2
 }  # fmt: skip
