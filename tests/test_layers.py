@@ -46,6 +46,7 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "cold_start": 5,                                # the cold start's task accepted or not (issue 56)
     "fair_verdict": 5,                              # the fair verdict's plan: arms, order, seeds, where state lives
     "demo": 6,                                      # the main job: one run of BV-Blend's cluster level at n = 2
+    "campaign": 6,                                  # the fair verdict's runs still needed, in order, from its state
 }  # fmt: skip
 # What an instrument must not import from the product: the CPU platform runs verl's trainer, whatever plugin it loads.
 INSTRUMENT_FORBIDDEN: dict[str, tuple[str, ...]] = {"cpu": ("bv_blend.verl",)}

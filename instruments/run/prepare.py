@@ -5,6 +5,7 @@ training file (instruments/run/settings.py, :class:`Prepared`)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -72,6 +73,7 @@ def prepare(s: RunSettings, reuse: bool = False) -> Prepared:
         saved = json.loads(marker.read_text())
         if saved["key"] == s.preparation_key():
             print(f"[demo] reusing the task, model and codebook prepared in {s.work_dir}")
+            saved = _with_files_here(saved, marker)
             saved = _with_model_present(s, saved, marker)
             return _prepared_from(saved)
         differences = key_differences(saved["key"], s.preparation_key())
@@ -97,6 +99,26 @@ def prepare(s: RunSettings, reuse: bool = False) -> Prepared:
              "codebook": str(codebook), "warmup_pass_rates": rates, "codebook_nmi": nmi}
     marker.write_text(json.dumps(saved, indent=2))
     return _prepared_from(saved)
+
+
+PREPARED_FILES = ("train", "val", "codebook")  # the record's files, under the work folder it was made in
+
+
+def _with_files_here(saved: dict, marker: Path) -> dict:
+    """A preparation restored into another folder than the one it was made in (scripts/run_state.py restore into
+    another ``--out``: scripts/fair_verdict.py's folders, where scripts/tune_lr.py made the first) names its files
+    where they were made, which may be gone (another machine) or another folder's. A preparation writes its files
+    under its own work folder, so the folder it was made in is their common parent: where that is not this one and
+    the same files lie at the same places here, the record points at them; otherwise it is left as it was."""
+    recorded = {name: Path(saved[name]) for name in PREPARED_FILES}
+    made_in = Path(os.path.commonpath([str(path) for path in recorded.values()]))
+    here = {name: marker.parent / path.relative_to(made_in) for name, path in recorded.items()}
+    if made_in.resolve() == marker.parent.resolve() or not all(path.is_file() for path in here.values()):
+        return saved
+    print(f"[demo] the preparation was made in {made_in}: its files are read from {marker.parent}")
+    saved = {**saved, **{name: str(path) for name, path in here.items()}}
+    marker.write_text(json.dumps(saved, indent=2))
+    return saved
 
 
 def _with_model_present(s: RunSettings, saved: dict, marker: Path) -> dict:

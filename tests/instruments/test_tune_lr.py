@@ -1,4 +1,5 @@
-"""scripts/tune_lr.py: what it runs for the procedure (instruments/tuning.py), read from the state it saves."""
+"""scripts/tune_lr.py: what it runs for the procedure (instruments/tuning.py), read from the state it saves (the
+commands and the reading are instruments/campaign.py's, shared with scripts/fair_verdict.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from instruments import campaign, fair_verdict
 from tests._scripts import load_script
 
 
@@ -27,11 +29,10 @@ def test_the_first_runs_are_the_start_grid_on_the_first_seed(tmp_path, capsys):
 
 
 def test_each_run_is_the_comparisons_settings_at_its_rate(tmp_path):
-    script = load_script("tune_lr")
-    command = script.run_command("bv_blend:2", 4e-5, 101, tmp_path)
+    command = campaign.tuning_command("bv_blend:2", 4e-5, 101, tmp_path)
     flags = {flag: value for flag, value in zip(command, [*command[1:], ""], strict=True)
              if flag.startswith("--") and not value.startswith("--")}
-    steps = json.loads(script.SETTINGS.read_text())["steps"]
+    steps = json.loads(fair_verdict.SETTINGS.read_text())["steps"]
     assert flags["--lr"] == "4e-05" and flags["--seeds"] == "101" and flags["--arms"] == "bv_blend:2"
     assert flags["--steps"] == str(steps) and flags["--train-prompts"] == str(64 * steps)
     assert flags["--out"] == str(tmp_path / "lr_4e-05") and command[-1] == "--runs-only"
@@ -39,7 +40,7 @@ def test_each_run_is_the_comparisons_settings_at_its_rate(tmp_path):
 
 def test_the_choice_is_written_from_the_saved_finals_and_names_the_rules(tmp_path):
     script = load_script("tune_lr")
-    steps = script.steps()
+    steps = campaign.wide_steps()
     peak = {1e-5: 0.60, 2e-5: 0.70, 4e-5: 0.65}
     for lr, final in peak.items():
         for seed in (100, 101):
@@ -53,6 +54,18 @@ def test_the_choice_is_written_from_the_saved_finals_and_names_the_rules(tmp_pat
 
 def test_choosing_an_unfinished_procedure_is_refused(tmp_path, capsys):
     script = load_script("tune_lr")
-    _save_result(tmp_path, "grpo:8", 2e-5, 100, 0.7, script.steps())
+    _save_result(tmp_path, "grpo:8", 2e-5, 100, 0.7, campaign.wide_steps())
     assert script.main(["--arm", "grpo:8", "--state", str(tmp_path), "--choose"]) == 1
     assert "still needs lr 1e-05 seed 100" in capsys.readouterr().err
+
+
+def test_the_state_folders_are_the_fair_verdict_s(tmp_path, capsys):
+    """The run in progress saves into results/regime/lr_tuning/grpo_n8/lr_<x>/runs/grpo_n8_seed<s>/: tune_lr and the
+    runner read the same folders."""
+    script = load_script("tune_lr")
+    assert script.STATE == fair_verdict.TUNING == fair_verdict.REGIME / "lr_tuning"
+    command = campaign.tuning_command("grpo:8", 1e-5, 100, tmp_path / "grpo_n8")
+    assert command[-3:] == ["--out", str(tmp_path / "grpo_n8" / "lr_1e-05"), "--runs-only"]
+    with pytest.raises(SystemExit):
+        script.main(["--arm", "grpo8", "--next"])
+    assert "is not ARM:N" in capsys.readouterr().err
