@@ -47,6 +47,7 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "fair_verdict": 5,                              # the fair verdict's plan: arms, order, seeds, where state lives
     "demo": 6,                                      # the main job: one run of BV-Blend's cluster level at n = 2
     "campaign": 6,                                  # the fair verdict's runs still needed, in order, from its state
+    "fair_verdict_report": 7,                       # the fair verdict's report, from whatever state exists
 }  # fmt: skip
 # What an instrument must not import from the product: the CPU platform runs verl's trainer, whatever plugin it loads.
 INSTRUMENT_FORBIDDEN: dict[str, tuple[str, ...]] = {"cpu": ("bv_blend.verl",)}

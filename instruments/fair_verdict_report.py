@@ -1,0 +1,604 @@
+"""The fair verdict's report (results/fair_verdict.md, issue 56), assembled from whatever run state exists so far:
+the tuning of each core arm's learning rate, every arm judged at GRPO's learning rate and at its own, the readings
+reported beside the rule's, and the cold start. Whatever has not run yet is said to be pending, with what it still
+needs; nothing is filled in. ``scripts/fair_verdict_report.py`` writes it to ``results/fair_verdict/report.md``.
+
+The plan (arms, seeds, where each kind of run keeps its state) is ``instruments/fair_verdict.py``'s; how the state
+is read, what the campaign still needs and in which order, ``instruments/campaign.py``'s (the runner's own reading, so
+that the report and the runner cannot disagree on a final or a rate); the tuning procedure ``instruments/tuning.py``'s;
+the cold start's selection rule ``instruments/cold_start.py``'s; the judging rule ``instruments/rule.py``'s; the
+readings beside it ``instruments/compare/readings.py``'s. This module only reads them together and writes them down.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from instruments import campaign, cold_start, fair_verdict, rule, stats, tuning  # noqa: E402
+from instruments.compare import readings  # noqa: E402
+from instruments.compare import report as compare_report  # noqa: E402
+from instruments.compare.arms import arm_label  # noqa: E402
+from instruments.compare.runs import RESULT_FILE  # noqa: E402
+from instruments.run import report as run_report  # noqa: E402
+from instruments.run.resume import METRICS  # noqa: E402
+from instruments.run.verl_run import GROUPS_FILE  # noqa: E402
+
+DYNAMIC = "grpo_dynamic:8"  # DAPO's dynamic sampling: read three ways
+# The committed comparison's arms, in its order: the core arms, then DAPO, then the companions it also ran.
+COMMITTED_ORDER = ("grpo:8", "bv_blend:8", "bv_blend:2", "reinforce_plus_plus:1", DYNAMIC, "ha_dw:8", "maxnorm_rloo:8",
+                   "reinforce_plus_plus_ntf:1")
+
+
+# --------------------------------------------------------------------------------------------------- the runs
+@dataclass(frozen=True)
+class Run:
+    """One finished run: its result and the folder that keeps its metrics and group record, where kept."""
+
+    result: dict
+    folder: Path
+
+    @property
+    def arm(self) -> str:
+        return f"{self.result['spec']['arm']}:{self.result['spec']['n']}"
+
+    @property
+    def seed(self) -> int:
+        return int(self.result["spec"]["seed"])
+
+    @property
+    def lr(self) -> float:
+        return float(self.result["settings"]["lr"])
+
+    @cached_property
+    def metrics(self) -> pd.DataFrame | None:
+        """verl's per-step metrics over all its attempts; None where the run kept none."""
+        return run_report.read_run_metrics(self.folder) if (self.folder / METRICS).is_file() else None
+
+    @cached_property
+    def groups(self) -> pd.DataFrame | None:
+        """The group record; None where the run kept none (runs before the group record existed)."""
+        path = self.folder / GROUPS_FILE
+        return readings.read_groups(path) if path.is_file() and path.stat().st_size else None
+
+
+def load_runs(folder: Path) -> list[Run]:
+    """Every finished run below ``folder`` (a ``result.json`` in a ``runs/<name>/`` folder, as run_state keeps them),
+    in path order; none where the folder does not exist yet."""
+    if not folder.is_dir():
+        return []
+    return [Run(json.loads(path.read_text()), path.parent) for path in sorted(folder.rglob(RESULT_FILE))
+            if path.parent.parent.name == "runs"]
+
+
+def by_arm(runs: Sequence[Run]) -> dict[str, dict[int, Run]]:
+    """arm (``grpo:8``) -> seed -> run, in the order the arms first appear."""
+    out: dict[str, dict[int, Run]] = {}
+    for run in runs:
+        out.setdefault(run.arm, {})[run.seed] = run
+    return out
+
+
+def _results(runs: Mapping[int, Run]) -> dict[int, dict]:
+    return {seed: run.result for seed, run in runs.items()}
+
+
+def _label(arm: str) -> str:
+    name, _, n = arm.partition(":")
+    return arm_label(name, int(n), fair_verdict.ROLLOUTS_PER_STEP // int(n))
+
+
+def _seeds_text(k: int) -> str:
+    return f"pending ({k} of {len(fair_verdict.JUDGED_SEEDS)} seeds)"
+
+
+# ------------------------------------------------------------------------------------------------ the tuning
+@dataclass(frozen=True)
+class TuningState:
+    """One arm's tuning so far: its finals (lr -> seed -> final), the runs the procedure still needs, its choice."""
+
+    arm: str
+    finals: dict[float, dict[int, float]]
+    needs: list[tuple[float, int]]
+    choice: tuning.Choice | None
+    recorded: dict | None  # choice.json, where written
+
+    @property
+    def lr(self) -> float | None:
+        if self.recorded is not None:
+            return float(self.recorded["lr"])
+        return None if self.choice is None else self.choice.lr
+
+
+def tuning_state(arm: str, folder: Path, steps: int) -> TuningState:
+    """The arm's tuning from its state folder (``lr_tuning/<arm>_n<n>``): its finals as the campaign reads them
+    (``campaign.tuning_finals``, at the comparison's last step), and the procedure's next runs or choice."""
+    finals = campaign.tuning_finals(folder, arm, steps)
+    needs = tuning.next_runs(finals)
+    choice = None if needs else tuning.choose(finals)
+    choice_file = folder / fair_verdict.CHOICE_FILE
+    recorded = json.loads(choice_file.read_text()) if choice_file.is_file() else None
+    return TuningState(arm, finals, needs, choice, recorded)
+
+
+def tuning_lines(state: TuningState) -> list[str]:
+    lines = [f"### {_label(state.arm)}", ""]
+    if not state.finals:
+        return [*lines, f"No finished run yet: the procedure's first runs are {_runs_text(state.needs)}.", ""]
+    seeds = tuning.TUNING_SEEDS
+    lines += ["| learning rate | " + " | ".join(f"final, seed {s}" for s in seeds)
+              + " | score, seed 100 (phase 1) | score, both seeds (phase 2) |",
+              "|---" * (len(seeds) + 3) + "|"]
+    for lr in sorted(set(tuning.START_LRS) | set(state.finals)):
+        got = state.finals.get(lr, {})
+        cells = [f"{got[s]:.3f}" if s in got else "-" for s in seeds]
+        first = f"{got[tuning.FIRST_SEED]:.3f}" if tuning.FIRST_SEED in got else "-"
+        both = f"{sum(got[s] for s in seeds) / len(seeds):.3f}" if all(s in got for s in seeds) else "-"
+        lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {first} | {both} |")
+    lines.append("")
+    if state.needs:
+        lines += [f"**In progress**: the procedure still needs {_runs_text(state.needs)}.", ""]
+    else:
+        choice = state.choice
+        edge = (" **at the edge of its grid** (six rates, its best still at an end)" if choice.at_edge else
+                ", interior to the rates run on both seeds")
+        lines += [f"**Chosen: {choice.lr:g}**{edge}."]
+        if state.recorded is None:
+            lines.append("(Computed here from the finished runs; the runner has not written `choice.json` yet.)")
+        elif not math.isclose(float(state.recorded["lr"]), choice.lr):
+            lines.append(f"**`choice.json` records {float(state.recorded['lr']):g}, which the runs kept here do not "
+                         f"give**: read it with care.")
+        lines.append("")
+    return lines
+
+
+def _runs_text(runs: Sequence[tuple[float, int]]) -> str:
+    return ", ".join(f"lr {lr:g} seed {seed}" for lr, seed in runs)
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+@dataclass(frozen=True)
+class Comparison:
+    """Arms judged against one reference (GRPO n = 8 at the comparison's rate): arm -> seed -> run; ``lrs``: each
+    arm's learning rate (None: no rate yet), ``absent``: the arms of the plan with no runs yet, and why."""
+
+    name: str
+    arms: dict[str, dict[int, Run]]
+    lrs: dict[str, float | None]
+    absent: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def reference(self) -> dict[int, Run] | None:
+        return self.arms.get(fair_verdict.REFERENCE)
+
+
+def committed_comparison(folder: Path) -> Comparison:
+    arms = by_arm(load_runs(folder))
+    order = [a for a in COMMITTED_ORDER if a in arms] + [a for a in arms if a not in COMMITTED_ORDER]
+    return Comparison("GRPO's learning rate", {a: arms[a] for a in order},
+                      {a: fair_verdict.COMMITTED_LR for a in order})
+
+
+def own_rate_comparison(states: Mapping[str, TuningState], own: Path, committed: Path) -> Comparison:
+    """Each tuned arm at its chosen rate: its runs under ``own/<arm>/lr_<x>/runs/``, and the committed comparison's
+    where its choice is the committed rate (fair_verdict.md, section 2: they count)."""
+    committed_arms = by_arm(load_runs(committed))
+    arms: dict[str, dict[int, Run]] = {}
+    lrs: dict[str, float | None] = {}
+    absent: dict[str, str] = {}
+    for arm in fair_verdict.TUNED_ARMS:
+        lr = states[arm].lr if arm in states else None
+        lrs[arm] = lr
+        if lr is None:
+            absent[arm] = ("no rate of its own yet (the first cut if compute runs out: it then stays at GRPO's)"
+                           if arm == fair_verdict.CUT_FIRST else "no rate of its own yet: its tuning has not chosen")
+            continue
+        runs = {}
+        if math.isclose(lr, fair_verdict.COMMITTED_LR):
+            runs.update(committed_arms.get(arm, {}))
+        folder = own / fair_verdict.arm_folder(arm) / fair_verdict.lr_folder(lr)
+        runs.update({r.seed: r for r in load_runs(folder) if r.arm == arm and math.isclose(r.lr, lr)})
+        if runs:
+            arms[arm] = dict(sorted(runs.items()))
+        else:
+            absent[arm] = f"chosen {lr:g}; none of its judged runs has finished"
+    return Comparison("each arm's own learning rate", arms, lrs, absent)
+
+
+def rule_row(comparison: Comparison, arm: str) -> dict[str, str]:
+    """The rule's reading of one arm: its final with the interval, the paired difference and the verdict (pending
+    below MIN_SEEDS paired seeds)."""
+    runs = comparison.arms.get(arm)
+    if runs is None:
+        return {"final": "-", "difference": "-", "verdict": comparison.absent.get(arm, "not run")}
+    final = stats.mean_interval([readings.final(r.result) for r in runs.values()])
+    reference = comparison.reference
+    if reference is None:
+        return {"final": stats.format_interval(final), "difference": "-",
+                "verdict": "pending: the reference, GRPO n = 8, has no finished run here"}
+    if arm == fair_verdict.REFERENCE:
+        return {"final": stats.format_interval(final), "difference": "(the reference)",
+                "verdict": "-" if len(runs) >= rule.MIN_SEEDS else _seeds_text(len(runs))}
+    read = readings.rule_reading(_results(runs), _results(reference))
+    if read is None:
+        return {"final": stats.format_interval(final), "difference": "-", "verdict": "no seed paired yet"}
+    return {"final": stats.format_interval(read.summary.final), "difference":
+            stats.format_interval(read.summary.difference, signed=True),
+            "verdict": read.verdict or _seeds_text(len(read.seeds))}
+
+
+def side_by_side_lines(at_grpo: Comparison, at_own: Comparison) -> list[str]:
+    arms = list(dict.fromkeys([*at_grpo.arms, *fair_verdict.TUNED_ARMS]))
+    lines = [f"| arm | at GRPO's rate ({fair_verdict.COMMITTED_LR:g}): final | minus GRPO n = 8 | verdict | its own "
+             "rate | at its own rate: final | minus GRPO n = 8 at its own rate | verdict |", "|---" * 8 + "|"]
+    for arm in arms:
+        left = rule_row(at_grpo, arm) if arm in at_grpo.arms else {"final": "-", "difference": "-", "verdict": "-"}
+        if arm in fair_verdict.TUNED_ARMS:
+            lr = at_own.lrs.get(arm)
+            right = rule_row(at_own, arm)
+            rate = "pending" if lr is None else f"{lr:g}"
+        else:
+            right, rate = {"final": "-", "difference": "-", "verdict": "not tuned (not a core arm)"}, "-"
+        lines.append(f"| {_label(arm)} | {left['final']} | {left['difference']} | {left['verdict']} | {rate} | "
+                     f"{right['final']} | {right['difference']} | {right['verdict']} |")
+    return lines
+
+
+def readings_lines(comparison: Comparison) -> list[str]:
+    """Per arm: the rule's reading and, beside it, the last-two mean and the AUC, each minus GRPO n = 8 paired by
+    seed; rollouts to reach GRPO's final; then DAPO read three ways."""
+    reference = comparison.reference
+    if reference is None:
+        return ["Pending: GRPO n = 8, the reference, has no finished run here.", ""]
+    if len(comparison.arms) == 1:
+        return ["Pending: only GRPO n = 8, the reference, has runs here; no other arm has finished one.", ""]
+    lines = ["| arm | paired seeds | final (the rule's) | last two (beside) | AUC (beside) | rollouts to reach GRPO's "
+             "final, x GRPO's |", "|---" * 6 + "|"]
+    for arm, runs in comparison.arms.items():
+        if arm == fair_verdict.REFERENCE:
+            continue
+        read = readings.rule_reading(_results(runs), _results(reference))
+        if read is None:
+            lines.append(f"| {_label(arm)} | 0 | - | - | - | - |")
+            continue
+        beside = [readings.paired(_results(runs), _results(reference), readings.READINGS[name])
+                  for name in ("last two", "AUC")]
+        cells = [stats.format_interval(d.interval, signed=True) if d.interval is not None else f"n/a ({d.note})"
+                 for d in beside]
+        lines.append(f"| {_label(arm)} | {len(read.seeds)} | "
+                     f"{stats.format_interval(read.summary.difference, signed=True)} | {cells[0]} | {cells[1]} | "
+                     f"{stats.format_reach(read.summary.reach, undefined='n/a (GRPO starts at its final)')} |")
+    lines += ["", "Each cell: the arm minus GRPO n = 8, paired by seed, mean [95% t-interval]; rollouts to reach: the "
+              "ratio [its paired bootstrap interval], \"not reached\" where the curve (or a resample's) never gets "
+              "there within the run."]
+    if DYNAMIC in comparison.arms:
+        lines += [f"{_label(DYNAMIC)}'s final here is the rule's, at GRPO's final generated rollouts; its last-two "
+                  "mean and AUC are read on its own validation steps, i.e. at equal steps."]
+    lines.append("")
+    if DYNAMIC in comparison.arms:
+        lines += dynamic_lines(comparison.arms[DYNAMIC], reference)
+    return lines
+
+
+def dynamic_lines(dynamic: Mapping[int, Run], reference: Mapping[int, Run]) -> list[str]:
+    arm, ref = _results(dynamic), _results(reference)
+    rollouts = readings.rule_reading(arm, ref)
+    steps = readings.at_equal_steps(arm, ref)
+    wall = readings.at_equal_wall_time(arm, ref, {s: r.metrics for s, r in dynamic.items()},
+                                       {s: r.metrics for s, r in reference.items()})
+    budget = [float(readings.training_clock(reference[s].metrics).iloc[-1]) for s in wall.seeds]
+
+    def cell(difference: readings.Difference) -> str:
+        return "n/a" if difference.interval is None else stats.format_interval(difference.interval, signed=True)
+
+    wall_note = (f"GRPO's training time to its final validation, {sum(budget) / len(budget) / 60:.1f} min on "
+                 f"average over these seeds (the sum of verl's `timing_s/step`)" if budget else "")
+    wall_note = "; ".join(t for t in (wall_note, wall.note and f"left out: {wall.note}") if t)
+    return [
+        f"**{_label(DYNAMIC)} (DAPO's dynamic sampling) read three ways**, each minus GRPO n = 8 paired by seed:", "",
+        "| read at | paired seeds | minus GRPO n = 8 | what it means |", "|---|---|---|---|",
+        f"| equal generated rollouts (the rule's) | {len(rollouts.seeds) if rollouts else 0} | "
+        f"{stats.format_interval(rollouts.summary.difference, signed=True) if rollouts else 'n/a'} | its curve read at "
+        "GRPO's final rollouts, every rollout it generated counted (the groups it dropped included) |",
+        f"| equal steps | {len(steps.seeds)} | {cell(steps)} | its validation at GRPO's final step, whatever it "
+        f"generated to fill its batches{'; ' + steps.note if steps.note else ''} |",
+        f"| equal wall time | {len(wall.seeds)} | {cell(wall)} | its curve read at GRPO's training time, linear "
+        f"between its validations on its own clock{'; ' + wall_note if wall_note else ''} |",
+        "",
+    ]
+
+
+def mechanism_frames(runs: Mapping[int, Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """An arm's group-record readings by step, mean over the seeds that kept a record: the all-wrong and all-right
+    shares, and (a history arm) the history's lag and weight."""
+    records = [run.groups for run in runs.values() if run.groups is not None]
+    return (readings.seed_mean_by_step([readings.group_shares(g) for g in records]),
+            readings.seed_mean_by_step([readings.history_by_step(g) for g in records]))
+
+
+def mechanism_lines(comparison: Comparison) -> list[str]:
+    kept = {arm: runs for arm, runs in comparison.arms.items() if any(r.groups is not None for r in runs.values())}
+    if not kept:
+        return ["No run of this comparison kept a group record (the record began with the fair verdict's runs), so "
+                "the all-wrong share, the history's lag and its weight cannot be read here.", ""]
+    lines = ["| arm | seeds with a record | all-wrong share, first step -> last | all-right share, first -> last | "
+             "history's lag, first -> last | history's weight, first -> last |", "|---" * 6 + "|"]
+    for arm, runs in kept.items():
+        shares, history = mechanism_frames(runs)
+
+        def ends(frame: pd.DataFrame, column: str) -> str:
+            if frame.empty or column not in frame:
+                return "no history"
+            return f"{frame[column].iloc[0]:+.3f} -> {frame[column].iloc[-1]:+.3f}" if column == "lag" else \
+                f"{frame[column].iloc[0]:.3f} -> {frame[column].iloc[-1]:.3f}"
+
+        lines.append(f"| {_label(arm)} | {sum(r.groups is not None for r in runs.values())} | "
+                     f"{ends(shares, 'all-wrong')} | {ends(shares, 'all-right')} | {ends(history, 'lag')} | "
+                     f"{ends(history, 'weight')} |")
+    return [*lines, "", *by_step_lines(kept)]
+
+
+BY_STEP_EVERY = 5  # the by-step table's rows: every fifth step (the plot has them all)
+
+
+def by_step_lines(kept: Mapping[str, Mapping[int, Run]]) -> list[str]:
+    """The all-wrong share by step per arm, and for history arms the lag (weight): a row every BY_STEP_EVERY steps
+    and the last (seed means)."""
+    frames = {arm: mechanism_frames(runs) for arm, runs in kept.items()}
+    steps = sorted({int(s) for shares, _ in frames.values() for s in shares.index})
+    if not steps:
+        return []
+    rows = sorted({s for s in steps if s == steps[0] or s % BY_STEP_EVERY == 0} | {steps[-1]})
+    history_arms = [arm for arm, (_, history) in frames.items() if not history.empty]
+    header = [f"all-wrong, {_label(arm)}" for arm in frames] + [f"lag (weight), {_label(arm)}" for arm in history_arms]
+    lines = ["| step | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
+    for step in rows:
+        cells = [f"{frames[arm][0].loc[step, 'all-wrong']:.3f}" if step in frames[arm][0].index else "-"
+                 for arm in frames]
+        for arm in history_arms:
+            history = frames[arm][1]
+            cells.append(f"{history.loc[step, 'lag']:+.3f} ({history.loc[step, 'weight']:.2f})"
+                         if step in history.index else "-")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def plot_mechanisms(comparison: Comparison, out_png: Path) -> Path | None:
+    """The all-wrong share by step per arm, and for history arms the lag and weight by step (seed means)."""
+    frames = {arm: mechanism_frames(runs) for arm, runs in comparison.arms.items()
+              if any(r.groups is not None for r in runs.values())}
+    if not frames:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for arm, (shares, history) in frames.items():
+        if not shares.empty:
+            axes[0].plot(shares.index, shares["all-wrong"], marker=".", label=_label(arm))
+        if not history.empty:
+            axes[1].plot(history.index, history["lag"], marker=".", label=_label(arm))
+            axes[2].plot(history.index, history["weight"], marker=".", label=_label(arm))
+    titles = ("share of all-wrong groups", "history's lag: its mean minus the step's pass rate",
+              "history's mean weight")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    axes[1].axhline(0.0, color="black", linewidth=0.8)
+    fig.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def plot_curves(comparison: Comparison, out_png: Path) -> Path | None:
+    """The held-out curves per arm over the rollouts each generated (mean, 95% band over seeds) beside each arm's
+    paired difference to GRPO n = 8: the comparison report's own plot (compare/report.py)."""
+    results = [run.result for runs in comparison.arms.values() for run in runs.values()]
+    if not results:
+        return None
+    return compare_report.plot_comparison(results, out_png, reference=("grpo", 8))
+
+
+# ------------------------------------------------------------------------------------------------ cold start
+def selection_lines(regime: Path, grpo_lr: float | None) -> list[str]:
+    """The selection's runs (start -> final per seed and length, as the campaign reads them) and its decision, or
+    what it still needs."""
+    if grpo_lr is None:
+        return ["**Pending**: the selection runs GRPO n = 8 at its own learning rate, which its tuning has not chosen "
+                "yet.", ""]
+    try:
+        found = campaign.selection_readings(regime, grpo_lr)
+    except ValueError as e:
+        return [f"**Cannot be read**: {e}", ""]
+    seeds = tuning.TUNING_SEEDS
+    lines = [f"At GRPO n = 8's rate, {grpo_lr:g}.", ""]
+    if found:
+        lines += ["| steps | " + " | ".join(f"seed {s}: start -> final" for s in seeds) + " |",
+                  "|---" * (len(seeds) + 1) + "|"]
+        for steps in fair_verdict.COLD_STEPS:
+            got = found.get(steps, {})
+            cells = [f"{got[s].start:.3f} -> {got[s].final:.3f}" if s in got else "-" for s in seeds]
+            lines.append(f"| {steps} | " + " | ".join(cells) + " |")
+        lines.append("")
+    needs = cold_start.next_selection_runs(found, fair_verdict.COLD_STEPS, seeds)
+    if needs:
+        lines.append("**Pending**: the selection still needs "
+                     + ", ".join(f"{steps} steps seed {seed}" for steps, seed in needs) + " (GRPO n = 8 on the task "
+                     "`cold` at its own learning rate).")
+    else:
+        decision = cold_start.decide(found, fair_verdict.COLD_STEPS, seeds)
+        lines.append(f"**{'Accepted' if decision.accepted else 'No cold start'}**: {decision.reason}.")
+        written = regime / campaign.COLD / fair_verdict.SELECTION_FILE
+        if written.is_file():
+            recorded = json.loads(written.read_text())
+            if (recorded.get("accepted"), recorded.get("steps")) != (decision.accepted, decision.steps):
+                lines.append(f"**`{fair_verdict.SELECTION_FILE}` records another decision** ({recorded.get('reason')}):"
+                             " read it with care.")
+    return [*lines, ""]
+
+
+def cold_arms_comparison(folder: Path) -> Comparison:
+    arms = by_arm(load_runs(folder))
+    order = [a for a in fair_verdict.COLD_ARMS if a in arms] + [a for a in arms if a not in fair_verdict.COLD_ARMS]
+    lrs = {a: next(iter(arms[a].values())).lr for a in order}
+    absent = {a: "pending: no run finished" for a in fair_verdict.COLD_ARMS if a not in arms}
+    return Comparison("the cold start", {a: arms[a] for a in order}, lrs, absent)
+
+
+def cold_lines(comparison: Comparison, png: str | None) -> list[str]:
+    lines = ["| arm | learning rate | final (mean over seeds) | minus GRPO n = 8 (the rule's) | verdict | rollouts to "
+             "reach GRPO's final |", "|---" * 6 + "|"]
+    reference = comparison.reference
+    for arm in dict.fromkeys([*fair_verdict.COLD_ARMS, *comparison.arms]):
+        row = rule_row(comparison, arm)
+        lr = comparison.lrs.get(arm)
+        reach = "-"
+        if arm in comparison.arms and reference is not None and arm != fair_verdict.REFERENCE:
+            read = readings.rule_reading(_results(comparison.arms[arm]), _results(reference))
+            reach = stats.format_reach(read.summary.reach) if read else "-"
+        lines.append(f"| {_label(arm)} | {'-' if lr is None else f'{lr:g}'} | {row['final']} | {row['difference']} "
+                     f"| {row['verdict']} | {reach} |")
+    lines += ["", "The group record, by step (mean over the seeds that kept one):", "", *mechanism_lines(comparison)]
+    if png:
+        lines += [f"![all-wrong share, the history's lag and weight by step]({png})", ""]
+    return lines
+
+
+# -------------------------------------------------------------------------------------------------- the report
+INTRO = """# The fair verdict: the report so far
+
+Generated by `python scripts/fair_verdict_report.py` from the run state kept in `results/regime/` (where each kind of
+run keeps it: `instruments/fair_verdict.py`). The design it follows, fixed before any of its runs, is
+[fair_verdict.md](../fair_verdict.md); whatever has not run yet is marked **pending**, and no number stands in for it.
+Run the same command again as runs finish.
+
+## What each reading is
+
+- **Final (the rule's reading)**: the held-out pass rate (120 held-out prompts x 4 samples) at a run's last validation.
+  The rule (`instruments/rule.py`, unchanged) takes each arm's final minus GRPO n = 8's, paired by seed over seeds
+  0-4, with its 95% t-interval: **ahead** if the interval lies above 0, **behind** if below, **level** if it holds 0.
+  It judges only with all 5 paired seeds; with fewer, the row says pending.
+- **Beside the rule's, judging nothing** (fair_verdict.md, section 4), each the same paired difference to GRPO n = 8
+  with its 95% t-interval: the **last-two mean** (the mean of the last two validations, steps 10 and 20 here: a
+  final that one noisy validation moves half as much) and the **AUC** (the area under the held-out curve by
+  trapezoids over the validation steps, divided by the steps it spans: the mean pass rate over training, which
+  credits learning early).
+- **DAPO's dynamic sampling** (GRPO n = 8 that drops all-equal groups and generates more until its batch is full),
+  three ways: at **equal generated rollouts** (the rule's: its curve read at GRPO's final rollouts, every rollout it
+  generated counted), at **equal steps** (its validation at GRPO's final step), at **equal wall time** (its curve
+  read at GRPO's training time, from verl's per-step `timing_s/step` in each run's `metrics.jsonl`; only seeds whose
+  two runs kept their metrics and ran on the same kind of CPU count, and a second is only the same second where the
+  runs shared their machine alike).
+- **Rollouts to reach GRPO's final**: the rollouts an arm's seed-mean curve needs to reach GRPO n = 8's final seed-mean
+  pass rate, linear between validations, as a ratio to GRPO's own, with a paired bootstrap interval
+  (`instruments/stats.py`). Below 1: it got there sooner. It judges nothing.
+- **From the group record** (`groups.jsonl`, one line per prompt group per step): the share of **all-wrong** groups
+  (every reward 0) and **all-right** groups (every reward 1), which give GRPO no signal; for an arm with a history
+  (BV-Blend), the history's **lag** (the mean over the step's groups of the history mean the advantages used, minus
+  the step's pass rate, the mean reward of its rollouts: below 0, the history still sees the model as weaker than it
+  is) and its mean **weight**.
+
+All intervals are 95% Student t-intervals over paired seeds (`instruments/stats.py`), except the rollouts-to-reach
+ratio's bootstrap. The readings are computed by `instruments/compare/readings.py`.
+"""
+
+
+def campaign_lines(regime: Path) -> list[str]:
+    """What the campaign still needs, as the runner (scripts/fair_verdict.py) reads the same state."""
+    try:
+        plan = campaign.plan(regime)
+    except ValueError as e:
+        return [f"The state cannot be read as the runner reads it: {e}", ""]
+    if plan.complete:
+        return ["Nothing is left to run: every run the design needs is in the state.", ""]
+    lines = [f"About {plan.estimated} runs are still needed in all; {len(plan.runs)} of them are decided now "
+             f"(`python scripts/fair_verdict.py --next` lists them in order)"
+             + (f", the next: {plan.runs[0].describe()}." if plan.runs else ".")]
+    if plan.waiting:
+        lines += ["", "Not decided yet, and what each waits for:", "", *(f"- {item}" for item in plan.waiting)]
+    if plan.notes:
+        lines += ["", "Decided so far:", "", *(f"- {item}" for item in plan.notes)]
+    return [*lines, ""]
+
+
+def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: int | None = None) -> str:
+    """The whole report from the state under ``regime`` (results/regime/, laid out as instruments/fair_verdict.py
+    says); writes its plots into ``out_dir`` (named in the text relative to it)."""
+    steps = campaign.wide_steps() if steps is None else steps
+    states = {arm: tuning_state(arm, regime / campaign.TUNING / fair_verdict.arm_folder(arm), steps)
+              for arm in fair_verdict.TUNED_ARMS}
+    at_grpo = committed_comparison(regime / campaign.COMMITTED)
+    at_own = own_rate_comparison(states, regime / campaign.OWN_LR, regime / campaign.COMMITTED)
+    cold = cold_arms_comparison(regime / campaign.COLD_ARMS_STATE)
+    lines = [INTRO, "## What is still to run", "", *campaign_lines(regime),
+             "## 1. Tuning: each core arm's own learning rate", "",
+             "The procedure (`instruments/tuning.py`, fair_verdict.md section 2) runs each arm at the pretrained-LM "
+             f"comparison's settings ({steps} steps of 64 rollouts, the wide task) on tuning seeds 100 and 101, which "
+             "are never judged. A rate's **score** is the mean final over the tuning seeds run there; phase 1 grows "
+             "the grid on seed 100 while its best is at an end, phase 2 runs the best and its neighbours on seed 101 "
+             "until the two-seed best is interior (at most six rates). Finals are read at step "
+             f"{steps}, as the runner reads them. Order: GRPO n = 8 first, BV-Blend n = 8 last (the first "
+             "cut if compute runs out).", ""]
+    for arm in fair_verdict.TUNED_ARMS:
+        lines += tuning_lines(states[arm])
+    lines += ["## 2. Side by side: every arm at GRPO's learning rate and at its own", "",
+              "Left: the committed pretrained-LM comparison (`results/regime/pretrained_lm_runs/comparison/`), every "
+              "arm at 2e-05, the rate GRPO's sweep chose; its verdicts as committed. Right: each core arm at the rate "
+              "its own tuning chose, judged against GRPO n = 8 at GRPO's own chosen rate (runs under "
+              "`results/regime/own_lr/`; a committed 2e-05 run counts where an arm's choice is 2e-05). Final: mean "
+              "over seeds with its 95% t-interval; minus GRPO n = 8: the rule's paired difference.", "",
+              *side_by_side_lines(at_grpo, at_own), ""]
+    if at_own.absent:
+        lines += ["Not judged at its own rate yet: " + "; ".join(f"{_label(a)}: {why}" for a, why in
+                                                                  at_own.absent.items()) + ".", ""]
+    lines += ["## 3. The readings beside the rule's", ""]
+    for number, comparison, png in ((1, at_grpo, "curves_grpo_rate.png"), (2, at_own, "curves_own_rate.png")):
+        lines += [f"### 3.{number}. At {comparison.name}", ""]
+        if not comparison.arms:
+            lines += ["Pending: no run has finished.", ""]
+            continue
+        lines += readings_lines(comparison)
+        lines += mechanism_lines(comparison)
+        if plot_curves(comparison, out_dir / png):
+            lines += [f"![held-out curves at {comparison.name}]({png})", "",
+                      "Left: the held-out pass rate over the rollouts each arm generated (mean over seeds, 95% band); "
+                      "right: each arm minus GRPO n = 8, paired by seed, at GRPO's validations.", ""]
+        mechanisms_png = plot_mechanisms(comparison, out_dir / png.replace("curves", "mechanisms"))
+        if mechanisms_png:
+            lines += [f"![the group record by step at {comparison.name}]({mechanisms_png.name})", ""]
+    lines += ["## 4. The cold start", "",
+              "### 4.1. The task (fair_verdict.md section 3; the rule: `instruments/cold_start.py`)", "",
+              "GRPO n = 8 at its own learning rate on the task `cold` (plus_digit, times_12, sum_2digit), seeds 100 "
+              f"and 101, first {fair_verdict.COLD_STEPS[0]} steps, then {fair_verdict.COLD_STEPS[1]} if that fails. "
+              f"Accepted if the mean start is at most {cold_start.START_MAX:g} and the mean final at least "
+              f"{cold_start.GAIN:g} times it (and above it).", "",
+              *selection_lines(regime, states[fair_verdict.REFERENCE].lr), "### 4.2. The arms", ""]
+    if not cold.arms:
+        lines += ["Pending: no cold-start arm has finished a run (they run once the task is accepted and each "
+                  "arm's rate is known: " + ", ".join(_label(a) for a in fair_verdict.COLD_ARMS) + ").", ""]
+    else:
+        png = plot_mechanisms(cold, out_dir / "mechanisms_cold_start.png")
+        lines += cold_lines(cold, png.name if png else None)
+        if plot_curves(cold, out_dir / "curves_cold_start.png"):
+            lines += ["![held-out curves in the cold start](curves_cold_start.png)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(out_dir: Path = fair_verdict.REPORT, regime: Path = fair_verdict.REGIME,
+                 steps: int | None = None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "report.md"
+    path.write_text(report_markdown(out_dir, regime, steps))
+    return path
