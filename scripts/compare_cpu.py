@@ -11,6 +11,12 @@ a run is not started where the machine has less available than the comparison's 
     python scripts/compare_cpu.py --arms grpo:8 spo:1 spo_sampler:1 --train-prompts 320 --seeds 0 1 2 3 4
     python scripts/compare_cpu.py --seeds 0 --arms grpo:4 --steps 5 --out /tmp/cmp --docs /tmp/cmp/bench.md
 
+--stop-at-rollouts N ends each run after the first step at whose end it has generated N rollouts (every one,
+dropped ones included: DAPO's dynamic sampling, grpo_dynamic, draws several batches a step where most groups are
+all-wrong), validating there as at its last step; --steps stays the most a run trains. The comparison reads that arm
+at the reference's final rollouts (steps x --rollouts-per-step), so N = that budget spares the steps it would not
+read. Each stopped run's result says so ("stopped": its step, the rollouts generated, N).
+
 The no-revisit regime (issue 29; results/benchmarks.md, the pretrained-LM comparison, has its command): --task wide
 --distinct-train (different problems, read once by every arm), its arms (instruments/compare/no_revisit.py), the
 offline priors made once when an arm reads them, and --regime-summary results/regime (the rule's pretrained_lm.json).
@@ -61,6 +67,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 100)")
     p.add_argument("--test-freq", type=int, default=20, help="validate every this many steps (and before and after)")
     p.add_argument("--val-samples", type=int, default=4, help="responses per held-out prompt (T=1)")
+    p.add_argument("--stop-at-rollouts", type=int, default=None, metavar="N",
+                   help="end each run after the first step at whose end it has generated N rollouts (kept or dropped), "
+                        "validating there as at its last step (default: every run trains --steps)")
     p.add_argument("--lr", type=float, default=None, help=f"the actor's learning rate (default {RunSettings.lr:g})")
     p.add_argument("--settings", type=Path, default=None, metavar="FILE",
                    help="lr and steps from this committed file (results/regime/pretrained_lm_settings.json, written by "
@@ -95,8 +104,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         fixed_settings(a)
     except ValueError as e:
         p.error(str(e))
-    if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step) < 1:
-        p.error("--steps, --test-freq, --val-samples and --rollouts-per-step must be positive")
+    if min(a.steps, a.test_freq, a.val_samples, a.rollouts_per_step,
+           1 if a.stop_at_rollouts is None else a.stop_at_rollouts) < 1:
+        p.error("--steps, --test-freq, --val-samples, --rollouts-per-step and --stop-at-rollouts must be positive")
     try:
         a.arm_sizes = [compare_arms.parse_arm(text) for text in a.arms]
         a.specs = compare_arms.grid(a.arm_sizes, a.rollouts_per_step, a.seeds)
@@ -139,7 +149,7 @@ def demo_settings(a: argparse.Namespace) -> RunSettings:
     # every run draws from the same pool of training rows (one shared preparation); its size is in the settings key
     return RunSettings(work_dir=a.out / "prepared", steps=a.steps, lr=a.lr, val_samples=a.val_samples,
                         test_freq=a.test_freq, n_train=a.pool, task=a.task, distinct_train=a.distinct_train,
-                        model=a.model, dtype=a.dtype)
+                        model=a.model, dtype=a.dtype, stop_at_rollouts=a.stop_at_rollouts)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -221,6 +231,7 @@ def write_report(a: argparse.Namespace, argv: list[str], s: RunSettings, finishe
                 "model": s.model, "dtype": s.dtype,
                 "held-out prompts": s.val_prompts, "samples/prompt": a.val_samples,
                 "test_freq": a.test_freq, "reference": f"{a.reference[0]}:{a.reference[1]}",
+                **({} if s.stop_at_rollouts is None else {"stop at rollouts": s.stop_at_rollouts}),
                 **({} if a.settings_commit is None else {"settings from": f"{a.settings} at {a.settings_commit}"})}
     here = describe_cpu()  # where this report is written: the runs' machine when they did not record theirs
     generated = compare_report.results_markdown(results, command, here, png.name, wall_s,

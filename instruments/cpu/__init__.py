@@ -19,6 +19,8 @@ a launcher should set; :mod:`instruments.cpu.launch` is that launcher.
 - :mod:`~instruments.cpu.verl_patches`: three small patches of verl (backend string, vLLM's name, engine lookup);
 - :mod:`~instruments.cpu.rollout_patches`: vLLM computes with the live weights verl syncs, a failed weight sync
   ends the run instead of hanging it, and so does a vLLM engine that dies during generation, named as the cause;
+- :mod:`~instruments.cpu.budget_stop`: not an adaptation but a measurement's option, installed only where the run
+  asks for it: the run ends once it has generated a rollout budget, validating at that step as at verl's last;
 
 Each adaptation checks, when activated, that the code it works around still has the shape it was written for, and
 raises a ``CpuAdaptationWarning`` naming the installed versions when it does not. Hydra settings that CPU needs
@@ -32,7 +34,7 @@ import logging
 import os
 from pathlib import Path
 
-from instruments.cpu import rollout_patches, verl_patches
+from instruments.cpu import budget_stop, rollout_patches, verl_patches
 from instruments.cpu.checks import CpuAdaptationWarning, installed
 from instruments.cpu.platform import PLATFORM_NAME, PlatformCPU
 from instruments.machine import describe_cpu
@@ -56,6 +58,7 @@ def activate() -> None:
     for adaptation in verl_patches.ADAPTATIONS:
         adaptation()
     rollout_patches.install()
+    budget_stop.install()  # a measurement's option, only where the run asks for a rollout budget
     # vLLM picks its CPU platform from this variable and the "+cpu" version of verl_patches.
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     logger.info(

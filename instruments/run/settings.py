@@ -48,6 +48,10 @@ class RunSettings:
     model: str = SMOLLM2
     dtype: str = "auto"  # "auto" is bf16 where the CPU has AMX, else fp32
     response_length: int = 64  # the longest response (cpu_tiny.yaml's 16 is sized for the tiny test fixture)
+    # end a run after the first step at whose end it has generated this many rollouts (kept or dropped: dynamic
+    # sampling's too), validating there as at verl's last step (instruments/cpu/budget_stop.py); ``steps`` stays the
+    # most it trains. None: every run trains its steps
+    stop_at_rollouts: int | None = None
 
     def __post_init__(self) -> None:
         # verl stops at the end of the first epoch (cpu_tiny.yaml: total_epochs 1): enough rows for every step
@@ -55,6 +59,8 @@ class RunSettings:
             self.n_train = self.steps * self.batch
         if self.dtype not in ("auto", "bf16", "fp32"):
             raise ValueError(f"dtype {self.dtype!r} is not auto, bf16 or fp32")
+        if self.stop_at_rollouts is not None and self.stop_at_rollouts < 1:
+            raise ValueError(f"stop_at_rollouts {self.stop_at_rollouts} must be a positive number of rollouts")
 
     @staticmethod
     def in_format(response: str) -> bool:

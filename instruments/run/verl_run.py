@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # instruments.cpu.memory is imported where a run starts (_run
 
 GROUPS_FILE = "groups.jsonl"  # the group record (bv_blend/verl/group_record.py), kept with the run's result
 MEMORY_FILE = "memory.json"  # a run's peak memory, written after each attempt (instruments/cpu/memory.py)
+# where a run that ended at its rollout budget records it (RunSettings.stop_at_rollouts; instruments/cpu/budget_stop.py
+# writes it from inside the trainer: the step, the rollouts generated and the budget)
+STOP_FILE = "stopped.json"
 MEMORY_SAMPLE_S = 5.0  # a SmolLM2 run's memory climbs over minutes; a sample costs a read of /proc per process
 
 # the CPU platform's deadline on each weight bucket's acknowledgement (instruments/cpu/rollout_patches.py, 60 s by
@@ -150,13 +153,25 @@ def run_env(s: RunSettings) -> dict[str, str]:
     return {SYNC_TIMEOUT_ENV: str(PRETRAINED_SYNC_TIMEOUT_S)}
 
 
+def budget_env(s: RunSettings, run_dir: Path, rollouts_before: float = 0.0) -> dict[str, str]:
+    """Environment that ends the run at its rollout budget (``s.stop_at_rollouts``; nothing without one): the budget,
+    what a resumed run's earlier attempts generated up to its checkpoint, and where the stop is recorded."""
+    if s.stop_at_rollouts is None:
+        return {}
+    from instruments.cpu.budget_stop import BEFORE_ENV, RECORD_ENV, STOP_AT_ENV
+
+    return {STOP_AT_ENV: str(s.stop_at_rollouts), BEFORE_ENV: repr(float(rollouts_before)),
+            RECORD_ENV: str(run_dir / STOP_FILE)}
+
+
 def _run_verl(s: RunSettings, label: str, overrides: list[str], run_dir: Path,
-              on_step: Callable[[int], None] | None = None, empty_first: bool = True) -> Path:
+              on_step: Callable[[int], None] | None = None, empty_first: bool = True,
+              rollouts_before: float = 0.0) -> Path:
     """One verl run into ``run_dir`` (log, metrics JSONL, dumps), emptied first (dumps of an earlier, longer run
     would otherwise be read as this run's) unless the caller has prepared it (the comparison: an empty folder, or one
     instruments.run.resume has set back to its checkpoint). Raises if the run fails. The run stays in this thread, so
     that an interrupt reaches run_trainer, which then stops every process of the run; ``on_step`` is fed from
-    another."""
+    another. ``rollouts_before``: what a resumed run generated up to its checkpoint (:func:`budget_env`)."""
     from instruments.cpu.launch import run_trainer
     from instruments.cpu.memory import watching
 
@@ -174,7 +189,7 @@ def _run_verl(s: RunSettings, label: str, overrides: list[str], run_dir: Path,
     try:
         with watching(MEMORY_SAMPLE_S) as watch:
             rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=s.run_timeout_s(),
-                             extra_env=run_env(s), run_id=run_id)
+                             extra_env={**run_env(s), **budget_env(s, run_dir, rollouts_before)}, run_id=run_id)
     finally:
         stop.set()
         if follower is not None:
@@ -198,11 +213,13 @@ def write_memory(run_dir: Path, watch: MemoryWatch, run_id: str) -> str:
 
 
 def run_method(s: RunSettings, method: str, prepared: Prepared, run_dir: Path, *, own_start: bool = True,
-               on_step: Callable[[int], None] | None = None, empty_first: bool = True, **run: Any) -> Path:
-    """One training run of ``method`` into ``run_dir``; raises if it fails. ``run``: :func:`verl_overrides`' keywords.
+               on_step: Callable[[int], None] | None = None, empty_first: bool = True, rollouts_before: float = 0.0,
+               **run: Any) -> Path:
+    """One training run of ``method`` into ``run_dir``; raises if it fails. ``run``: :func:`verl_overrides`' keywords;
+    ``rollouts_before``: a resumed run's rollouts up to its checkpoint, where it has a rollout budget.
 
     ``own_start=False`` skips verl's validation before training: the demo's second run is measured from the first
     run's step-0 validation (the shared start). scripts/compare_cpu.py keeps each run's own.
     """
     overrides = verl_overrides(s, method, prepared, run_dir, val_before_train=own_start, **run)
-    return _run_verl(s, method, overrides, run_dir, on_step, empty_first=empty_first)
+    return _run_verl(s, method, overrides, run_dir, on_step, empty_first=empty_first, rollouts_before=rollouts_before)

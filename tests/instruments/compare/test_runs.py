@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from instruments.compare import runs as compare_runs
 from instruments.cpu.launch import DEFAULT_CPU_CONFIG
 from instruments.run import report, run_logs
 from instruments.run.settings import Prepared, RunSettings
-from instruments.run.verl_run import MEMORY_FILE, verl_overrides
+from instruments.run.verl_run import MEMORY_FILE, STOP_FILE, verl_overrides
 from tests._scripts import load_script
 from tests.instruments._fake_run import QUESTION_FAMILY, write_fake_run
 
@@ -497,3 +498,133 @@ def test_results_made_with_other_settings_are_refused(setup, monkeypatch):
     # another pool is another setting
     bigger = compare_runs.settings_key(RunSettings(work_dir=s.work_dir, steps=4, test_freq=2, n_train=320))
     assert bigger != key and bigger["n_train"] == "320"
+
+
+# ------------------------------------------------------------------------------------------- a rollout budget
+# grpo_dynamic at n = 4, 2 prompts a step (8 rollouts): the prompt groups dynamic sampling dropped each step, so the
+# steps generate 16, 12, 8 and 16 rollouts (28 by step 2, 36 by step 3, 52 by step 4)
+DROPPED = {1: 2.0, 2: 1.0, 4: 2.0}
+DYNAMIC_METRICS = {step: {"training/filter_groups/evicted_samples": g} for step, g in DROPPED.items()}
+
+
+@pytest.fixture
+def budget(tmp_path):
+    """Six steps at most, stopped once 40 rollouts are generated: after step 4 of the fake run (validated at 4)."""
+    s = RunSettings(work_dir=tmp_path / "prepared", steps=6, test_freq=2, stop_at_rollouts=40)
+    prepared = Prepared(model=Path("m"), train=Path("t"), val=Path("v"), codebook=Path("c"),
+                        question_family=QUESTION_FAMILY)
+    spec = compare_arms.grid([("grpo_dynamic", 4)], 8, [0])[0]
+    return s, prepared, tmp_path / "out", compare_runs.settings_key(s), spec
+
+
+def _stop(folder: Path, step: int, rollouts: float, budget: int = 40) -> None:
+    """What instruments/cpu/budget_stop.py writes from inside the trainer when it stops the run."""
+    (folder / STOP_FILE).write_text(json.dumps({"step": step, "rollouts": rollouts, "stop_at_rollouts": budget}))
+
+
+def test_a_budget_joins_the_settings_key_only_where_there_is_one(setup, budget):
+    without = setup[3]
+    s = budget[0]
+    assert "stop_at_rollouts" not in without  # results made before the option keep their key
+    assert budget[3]["stop_at_rollouts"] == "40"
+    assert compare_runs.settings_key(RunSettings(work_dir=s.work_dir, steps=6, test_freq=2)) != budget[3]
+    with pytest.raises(ValueError, match="stop_at_rollouts 0 must be a positive number"):
+        RunSettings(work_dir=s.work_dir, stop_at_rollouts=0)
+
+
+def test_a_run_stopped_at_its_budget_records_why_and_is_read_up_to_its_stop(budget, monkeypatch):
+    s, prepared, out, key, spec = budget
+    calls: list = []
+    fake = _fake_verl(calls, extra_metrics=DYNAMIC_METRICS)
+
+    def stopped_after_step_4(s, method, prepared, folder, **run):
+        fake(s, method, prepared, folder, **run)
+        _stop(folder, 4, 52.0)
+        return folder
+
+    monkeypatch.setattr(compare_runs, "run_method", stopped_after_step_4)
+    result = compare_runs.run_one(s, prepared, out, spec, key)
+    assert "rollouts_before" not in calls[0][1]  # a fresh start generated nothing before
+    assert result["stopped"] == {"reason": "rollout budget", "step": 4, "rollouts": 52.0, "stop_at_rollouts": 40,
+                                 "steps": 6}
+    assert result["drawn"] == {"prompts": 13.0, "rollouts": 52.0}  # up to its stop, not its 6 steps
+    assert set(result["validation"]) == {"0", "2", "4"}  # the point at the budget
+    assert compare_runs.load_result(out, spec, key)["stopped"]["step"] == 4
+    # a run stopped at its budget is finished: its reading again does not train it on
+    folder = compare_runs.run_dir(out, spec)
+    assert compare_runs.resume.completed(folder, s.steps)
+
+
+def test_a_stop_that_disagrees_with_the_runs_metrics_or_settings_is_refused(budget, monkeypatch):
+    s, prepared, out, key, spec = budget
+    for step, rollouts, budget_of_run, match in ((4, 60.0, 40, "count 52 rollouts by step 4"),
+                                                 (3, 36.0, 40, "metrics end at step 4"),
+                                                 (4, 52.0, 50, "a budget of 50 rollouts; these settings' is 40")):
+        fake = _fake_verl([], extra_metrics=DYNAMIC_METRICS)
+
+        def stopped(s, method, prepared, folder, fake=fake, step=step, rollouts=rollouts, b=budget_of_run, **run):
+            fake(s, method, prepared, folder, **run)
+            _stop(folder, step, rollouts, b)
+            return folder
+
+        monkeypatch.setattr(compare_runs, "run_method", stopped)
+        shutil.rmtree(out, ignore_errors=True)
+        with pytest.raises(ValueError, match=match):
+            compare_runs.run_one(s, prepared, out, spec, key)
+
+
+def test_a_run_with_a_budget_resumes_counting_the_rollouts_its_earlier_attempts_generated(budget, monkeypatch):
+    """The first attempt saved checkpoints at steps 2 and 4 and recorded its stop at step 4, then died in step 4's
+    validation, before logging it. The run resumes from step 2 with the 28 rollouts that steps 1-2 generated; the dead
+    attempt's stop goes (its step is trained again, and the budget decides again), and the resumed attempt stops at
+    4."""
+    s, prepared, out, key, spec = budget
+    whole = write_fake_run(out.parent / "whole", "grpo", extra_metrics=DYNAMIC_METRICS)
+    calls: list = []
+
+    def first_attempt(s, method, prepared, folder, **run):
+        calls.append(run)
+        _copy_steps(whole, folder, range(0, 4))
+        (folder / "checkpoints" / "global_step_2").mkdir(parents=True)
+        (folder / "checkpoints" / "global_step_4").mkdir()
+        _stop(folder, 4, 52.0)
+        raise KeyboardInterrupt
+
+    def second_attempt(s, method, prepared, folder, **run):
+        calls.append(run)
+        assert not (folder / STOP_FILE).exists(), "the dead attempt's stop, at a step trained again, was kept"
+        _copy_steps(whole, folder, range(3, 5))
+        _stop(folder, 4, 52.0)
+        return folder
+
+    monkeypatch.setattr(compare_runs, "run_method", first_attempt)
+    with pytest.raises(KeyboardInterrupt):
+        compare_runs.run_one(s, prepared, out, spec, key)
+    monkeypatch.setattr(compare_runs, "run_method", second_attempt)
+    result = compare_runs.run_one(s, prepared, out, spec, key)
+    folder = compare_runs.run_dir(out, spec)
+    assert "rollouts_before" not in calls[0]
+    assert calls[1]["rollouts_before"] == 28.0 and calls[1]["resume_from"] == folder / "checkpoints" / "global_step_2"
+    assert result["resumed_from_steps"] == [2] and result["stopped"]["step"] == 4
+    assert result["drawn"] == {"prompts": 13.0, "rollouts": 52.0}
+
+
+def test_the_script_passes_its_budget_to_every_run(tmp_path):
+    script = load_script("compare_cpu")
+    argv = ["--out", str(tmp_path / "out"), "--arms", "grpo:8", "grpo_dynamic:8", "--seeds", "0", "--steps", "20",
+            "--rollouts-per-step", "64"]
+    assert script.demo_settings(script.parse_args(argv)).stop_at_rollouts is None
+    s = script.demo_settings(script.parse_args([*argv, "--stop-at-rollouts", "1280"]))
+    assert s.stop_at_rollouts == 1280 and compare_runs.settings_key(s)["stop_at_rollouts"] == "1280"
+    with pytest.raises(SystemExit):
+        script.parse_args([*argv, "--stop-at-rollouts", "0"])
+
+
+def test_the_budgets_environment_reaches_the_trainer_only_where_there_is_one(tmp_path):
+    from instruments.cpu import budget_stop
+    from instruments.run.verl_run import budget_env
+
+    assert budget_env(RunSettings(work_dir=tmp_path), tmp_path / "run") == {}
+    s = RunSettings(work_dir=tmp_path, stop_at_rollouts=1280)
+    assert budget_env(s, tmp_path / "run", 256.0) == {budget_stop.STOP_AT_ENV: "1280", budget_stop.BEFORE_ENV: "256.0",
+                                                       budget_stop.RECORD_ENV: str(tmp_path / "run" / STOP_FILE)}
