@@ -3,7 +3,9 @@
 - **BV-Blend** (``history_level=prompt_and_cluster``, ``rollout.n=4``) with the history-driven prompt sampler, on the
   V1 trainer (verl's default). Its resumed process also carries the engine-death fault ``kill_mid_generation``
   (tests/e2e/engine_faults.py): step 3 trains and is saved, then vLLM's engine core is killed during step 4's
-  generation. test_cpu_trainer.py, test_cpu_history.py and test_cpu_engine_death.py all read this run.
+  generation; its first process carries a rollout budget (instruments/cpu/budget_stop.py) that its two steps reach
+  exactly, so that the stop counts real steps inside verl's trainer and records them without changing the run.
+  test_cpu_trainer.py, test_cpu_history.py and test_cpu_engine_death.py all read this run.
 - **SPO** (``adv_estimator=spo``, ``rollout.n=1``) with the sampler, on the legacy trainer (``trainer.use_v1=False``):
   the sampler's one run there. test_cpu_history.py reads it.
 
@@ -31,6 +33,8 @@ from bv_blend import BVBlendConfig, BVBlendEstimator
 from bv_blend.core.jsonl import jsonl_records
 from bv_blend.history.keys import prompt_key
 from bv_blend.spo import SPOConfig, SPOEstimator
+from instruments.cpu import budget_stop
+from instruments.run.verl_run import STOP_FILE
 from tests.e2e._assets import CpuAssets, K
 from tests.e2e._launch import Fault, Launch, launch
 from tests.e2e.engine_faults import FAULT_ENV as ENGINE_FAULT_ENV
@@ -41,6 +45,11 @@ TRAIN_PROMPTS = 2 * BATCH  # an epoch is 2 steps: steps 3 and 4 revisit prompts 
 FIRST_STEPS = 2
 LAST_STEP = FIRST_STEPS + 1  # the last step a resumed process trains and saves
 SEED = 3  # data.seed: the sampler's draws
+ROLLOUT_N = 4  # cpu_tiny's actor_rollout_ref.rollout.n, which the BV-Blend run keeps
+# the BV-Blend run's first process stops once it has generated this many rollouts: at the end of its last step, where
+# verl stops anyway (the stop's early end is checked on verl's own loop in tests/instruments/cpu/test_budget_stop.py)
+FIRST_BUDGET = FIRST_STEPS * BATCH * ROLLOUT_N
+STOP_RECORD = STOP_FILE  # where the comparison's runs keep it too
 SAMPLER = ("data.history_sampler.enable=true", "data.dataloader_num_workers=0", f"data.seed={SEED}")
 SAMPLER_METRICS = ("sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sampler/zero_variance_expected",
                    "sampler/weight_age_steps")  # fmt: skip
@@ -65,6 +74,7 @@ class Method:
     from_config: Callable[[Mapping[str, Any]], Any]  # an estimator of a saved config
     feed: Callable[..., Any]  # (estimator, rewards, groups, keys, clusters) -> one call
     prompts: Callable[[Any], Any]  # the estimator's per-prompt table
+    first_budget: bool = False  # the first process carries FIRST_BUDGET (the V1 trainer's stop)
 
 
 BLEND = Method(
@@ -84,6 +94,7 @@ BLEND = Method(
     from_config=lambda config: BVBlendEstimator(K, BVBlendConfig.from_mapping(config)),
     feed=lambda est, rewards, groups, keys, clusters: est.compute(rewards, groups, clusters, prompt_keys=keys),
     prompts=lambda estimator: estimator.prompts,
+    first_budget=True,
 )
 SPO_LEGACY = Method(
     name="spo_legacy",
@@ -168,8 +179,10 @@ def run_history(method: Method, assets: CpuAssets) -> HistoryRun:
         f"trainer.experiment_name=history_{method.name}",
     ]
     run_id = f"e2e-{method.name}-{{}}-{assets.work.name}"
+    budget = {budget_stop.STOP_AT_ENV: str(FIRST_BUDGET), budget_stop.RECORD_ENV: str(work / STOP_RECORD)}
     first = launch([*common, f"trainer.total_training_steps={FIRST_STEPS}", f"trainer.save_freq={FIRST_STEPS}"],
-                   work / "first.log", work / "first.jsonl", run_id.format("first"))  # fmt: skip
+                   work / "first.log", work / "first.jsonl", run_id.format("first"),
+                   env=budget if method.first_budget else None)  # fmt: skip
     second = launch([*common, f"trainer.total_training_steps={method.resume_steps}", "trainer.save_freq=1"],
                     work / "second.log", work / "second.jsonl", run_id.format("second"), fault=method.resume_fault)
     return HistoryRun(method, work, task, first, second)

@@ -46,8 +46,9 @@ class Launch:
 
 
 def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, fault: Fault | None = None,
-           timeout_s: float = 900) -> Launch:  # fmt: skip
-    """Runs the trainer to its end; with ``fault``, watches the live log for the fault's marker."""
+           timeout_s: float = 900, env: dict[str, str] | None = None) -> Launch:  # fmt: skip
+    """Runs the trainer to its end; with ``fault``, watches the live log for the fault's marker. ``env`` adds
+    variables (a run's options, e.g. instruments/cpu/budget_stop.py's rollout budget)."""
     seen: dict[str, float] = {}
     done = threading.Event()
 
@@ -62,8 +63,9 @@ def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, fault: F
     watcher = threading.Thread(target=watch, daemon=True)
     if watched:
         watcher.start()
+    extra_env = {**(fault.environment() if fault is not None else {}), **(env or {})}
     rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=timeout_s, run_id=run_id,
-                     extra_env=fault.environment() if fault is not None else None)  # fmt: skip
+                     extra_env=extra_env or None)  # fmt: skip
     ended = time.monotonic()
     done.set()
     if watched:

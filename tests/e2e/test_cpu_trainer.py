@@ -14,6 +14,8 @@ cluster level itself runs end to end in test_cpu_ntf.py.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -21,7 +23,16 @@ from instruments.cpu.launch import processes_of_run
 from instruments.machine import describe_cpu
 from instruments.run.report import read_metrics
 from tests.e2e._checks import assert_rollouts_use_fresh_weights
-from tests.e2e._history import FIRST_STEPS, LAST_STEP, HistoryRun, question_of, rows, saved
+from tests.e2e._history import (
+    FIRST_BUDGET,
+    FIRST_STEPS,
+    LAST_STEP,
+    STOP_RECORD,
+    HistoryRun,
+    question_of,
+    rows,
+    saved,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("history")]
 
@@ -67,3 +78,13 @@ def test_each_log_names_the_cpu_and_no_process_outlives_its_run(bv_blend_run: Hi
     for process in bv_blend_run.launches:
         assert process.text().splitlines()[0].endswith(describe_cpu()), process.log
         assert processes_of_run(process.run_id) == [], f"processes of {process.log}'s run are still alive"
+
+
+def test_the_rollout_budget_counted_the_steps_inside_verls_trainer(bv_blend_run: HistoryRun) -> None:
+    """The first process carried a rollout budget of its two steps' 2 x 8 prompts x 4 rollouts (tests/e2e/_history.py):
+    the stop (instruments/cpu/budget_stop.py) ran inside verl's real task runner, counted each step's rollouts from
+    verl's own config and metrics, and recorded the step that reached it, the run's last. Where a budget ends a run
+    before its last step, verl's own loop is checked without a launch (tests/instruments/cpu/test_budget_stop.py)."""
+    record = json.loads((bv_blend_run.work / STOP_RECORD).read_text())
+    assert record == {"step": FIRST_STEPS, "rollouts": float(FIRST_BUDGET), "stop_at_rollouts": float(FIRST_BUDGET)}
+    assert list(read_metrics(bv_blend_run.work / "first.jsonl").index) == list(range(1, FIRST_STEPS + 1))
