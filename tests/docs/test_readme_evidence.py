@@ -1,6 +1,7 @@
 """What the README and history.md tell a user quotes what was measured: every paired difference they give, a value
 with its 95% interval, is one that ``scripts/regime_report.py`` printed into the generated
-results/regime/recommendation.md from the committed summaries (test_regime_report.py holds that file to them), and
+results/regime/recommendation.md from the committed summaries (test_regime_report.py holds that file to them), or
+that ``scripts/fair_verdict_report.py`` printed into results/fair_verdict/report.md from the committed runs, and
 each row of the README's headline table is its arm's difference and verdict in the summary
 results/regime/pretrained_lm.json. A figure typed by hand, put on the wrong arm, or left behind when a summary
 changed, fails here."""
@@ -16,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = re.compile(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]")
 RECOMMENDATION = "results/regime/recommendation.md"
+FAIR_VERDICT_REPORT = "results/fair_verdict/report.md"
 SUMMARY = "results/regime/pretrained_lm.json"
 
 # The README headline table's arm labels (before the first " (" or the end of the cell) and their keys in the summary.
@@ -60,12 +62,12 @@ def not_generated(guidance: str, recommendation: str) -> tuple[list[str], list[s
 
 @pytest.mark.parametrize("where", sorted(GUIDANCE))
 def test_every_difference_the_guidance_quotes_is_in_the_generated_recommendation(where: str) -> None:
-    recommendation = (ROOT / RECOMMENDATION).read_text()
-    quoted, typed = not_generated(quoted_in(where), recommendation)
+    generated = (ROOT / RECOMMENDATION).read_text() + "\n" + (ROOT / FAIR_VERDICT_REPORT).read_text()
+    quoted, typed = not_generated(quoted_in(where), generated)
     assert quoted, f"{where} quotes no measured difference: the pattern or the section moved"
     assert not typed, (
-        f"{where} quotes differences that {RECOMMENDATION} does not hold: {typed}; copy them from it "
-        "(python scripts/regime_report.py writes it)"
+        f"{where} quotes differences that neither {RECOMMENDATION} nor {FAIR_VERDICT_REPORT} holds: {typed}; copy "
+        "them from there (python scripts/regime_report.py and python scripts/fair_verdict_report.py write them)"
     )
 
 
