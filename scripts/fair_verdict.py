@@ -20,6 +20,12 @@ selection cold_start/selection.json. A failed run stops the runner; the same com
 results/regime/ after a session (the runner commits nothing). Do not run it beside scripts/tune_lr.py on the same
 arm: both would run the same run.
 
+Each run records its commit and whether the tree was clean as it starts, so run it from a checkout nobody edits
+meanwhile (a git worktree with its own .venv: `git worktree add /work/wt_runs main && cd /work/wt_runs && bash
+scripts/setup_env.sh`), with --state naming the results/regime/ of the checkout you commit from:
+
+    python scripts/fair_verdict.py --out /work/runs --state /work/main/results/regime
+
 --out is where the runs run, the state's layout below it (<out>/lr_tuning/grpo_n8/lr_1e-05, ...): --out /work/runs
 puts the tuning runs where scripts/tune_lr.py runs them (/work/runs/lr_tuning), so an unfinished run of tune_lr's
 resumes from its checkpoint.
