@@ -38,6 +38,12 @@ SETTINGS = REGIME / "pretrained_lm_settings.json"
 WIDE_TEST_FREQ = 10
 VAL_SAMPLES = 4
 
+# The commits every fair-verdict run must descend from (results/journal.md names them): the design, fair_verdict.md,
+# fixed before any of its runs, and its amendments, each before the runs it concerns. The report's provenance table
+# checks each run's commits against them (git merge-base --is-ancestor).
+DESIGN_COMMIT = "9b8da05"
+AMENDMENT_COMMITS = {"amendment 1": "b9f88c9"}
+
 REFERENCE = "grpo:8"
 # Each core arm at its own rate, tuned in this order: GRPO first (its rate is the cold start's), BV-Blend n = 8 last
 # (the first cut if compute runs out: it then runs at GRPO's rate).

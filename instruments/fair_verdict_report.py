@@ -7,31 +7,38 @@ The plan (arms, seeds, where each kind of run keeps its state) is ``instruments/
 is read, what the campaign still needs and in which order, ``instruments/campaign.py``'s (the runner's own reading, so
 that the report and the runner cannot disagree on a final or a rate); the tuning procedure ``instruments/tuning.py``'s;
 the cold start's selection rule ``instruments/cold_start.py``'s; the judging rule ``instruments/rule.py``'s; the
-readings beside it ``instruments/compare/readings.py``'s. This module only reads them together and writes them down.
+readings beside it ``instruments/compare/readings.py``'s. This module only reads them together and writes them down:
+the report, its plots (the tuning's finals against the learning rate among them) and ``runs.md``, where every run of
+the fair verdict came from (its attempts' commits, read from its result, checked against the design's commit).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from instruments import campaign, cold_start, fair_verdict, rule, stats, tuning  # noqa: E402
-from instruments.compare import readings  # noqa: E402
+from instruments.compare import pairing, readings  # noqa: E402
 from instruments.compare import report as compare_report  # noqa: E402
 from instruments.compare.arms import arm_label  # noqa: E402
 from instruments.compare.runs import RESULT_FILE  # noqa: E402
 from instruments.run import report as run_report  # noqa: E402
 from instruments.run.resume import METRICS  # noqa: E402
+from instruments.run.run_logs import generated_rollouts  # noqa: E402
 from instruments.run.verl_run import GROUPS_FILE  # noqa: E402
 
 DYNAMIC = "grpo_dynamic:8"  # DAPO's dynamic sampling: read three ways
@@ -166,6 +173,60 @@ def _runs_text(runs: Sequence[tuple[float, int]]) -> str:
     return ", ".join(f"lr {lr:g} seed {seed}" for lr, seed in runs)
 
 
+TUNING_PNG = "tuning.png"
+SEED_MARKERS = ("o", "s", "^", "D")  # one marker per tuning seed, in tuning.TUNING_SEEDS's order
+
+
+def tuning_figure(states: Mapping[str, TuningState], steps: int) -> Figure | None:
+    """One panel per tuned arm with a finished tuning run: its final held-out pass rate against the learning rate, on
+    a log2 axis (the grid doubles, so its rates are evenly spaced), a marker per tuning seed, the mean over the seeds
+    run at each rate (the procedure's score: seed 100's alone where only it ran there) and, once the procedure has
+    chosen, the chosen rate. The axis spans the starting grid too, so that one run is seen where the grid begins.
+    None where no arm has a finished run."""
+    tuned = [state for state in states.values() if state.finals]
+    if not tuned:
+        return None
+    fig, axes = plt.subplots(1, len(tuned), figsize=(4.8 * len(tuned), 4.0), squeeze=False)
+    for ax, state in zip(axes[0], tuned, strict=True):
+        lrs = sorted(state.finals)
+        for i, seed in enumerate(tuning.TUNING_SEEDS):
+            at = [lr for lr in lrs if seed in state.finals[lr]]
+            if at:
+                ax.scatter(at, [state.finals[lr][seed] for lr in at], marker=SEED_MARKERS[i % len(SEED_MARKERS)],
+                           s=45, zorder=3, label=f"tuning seed {seed}")
+        means = [float(np.mean(list(state.finals[lr].values()))) for lr in lrs]
+        # a wide tick at each mean, so that a rate run on one seed shows its mean too, where the line has no length
+        ax.plot(lrs, means, color="black", linewidth=1.0, marker="_", markersize=16, zorder=2,
+                label="mean over the seeds run there")
+        if state.choice is not None:
+            ax.axvline(state.choice.lr, color="tab:green", linestyle="--", zorder=1,
+                       label=f"chosen: {state.choice.lr:g}" + (" (at the edge)" if state.choice.at_edge else ""))
+        grid = sorted(set(tuning.START_LRS) | set(lrs))
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(grid[0] / 1.5, grid[-1] * 1.5)
+        ax.set_xticks(grid, [f"{lr:g}" for lr in grid])
+        ax.minorticks_off()
+        ax.set_title(_label(state.arm), fontsize=10)
+        ax.set_xlabel("learning rate (log2 axis)")
+        ax.set_ylabel(f"final held-out pass rate (step {steps})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_tuning(states: Mapping[str, TuningState], steps: int, out_png: Path) -> Path | None:
+    """Writes :func:`tuning_figure` to ``out_png``; None (and no stale file left) where no arm has a tuning run."""
+    fig = tuning_figure(states, steps)
+    if fig is None:
+        out_png.unlink(missing_ok=True)
+        return None
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
 # ---------------------------------------------------------------------------------------------- comparisons
 @dataclass(frozen=True)
 class Comparison:
@@ -282,12 +343,40 @@ def readings_lines(comparison: Comparison) -> list[str]:
               "ratio [its paired bootstrap interval], \"not reached\" where the curve (or a resample's) never gets "
               "there within the run."]
     if DYNAMIC in comparison.arms:
+        stops = stopped_steps(comparison.arms[DYNAMIC])
         lines += [f"{_label(DYNAMIC)}'s final here is the rule's, at GRPO's final generated rollouts; its last-two "
-                  "mean and AUC are read on its own validation steps, i.e. at equal steps."]
+                  "mean and AUC are read on its own validation steps, "
+                  + ("which end at the step each run stopped at (" + ", ".join(f"seed {s}: {k}" for s, k in
+                                                                               stops.items())
+                     + "), GRPO's at its last: neither equal steps nor equal rollouts, read them with care."
+                     if stops else "i.e. at equal steps.")]
     lines.append("")
     if DYNAMIC in comparison.arms:
         lines += dynamic_lines(comparison.arms[DYNAMIC], reference)
     return lines
+
+
+def stopped_steps(runs: Mapping[int, Run]) -> dict[int, int]:
+    """seed -> the step at which its run stopped at the rollout budget, for the runs that did (fair_verdict.md,
+    amendment 1: DAPO in the cold start)."""
+    return {seed: step for seed, run in sorted(runs.items())
+            if (step := readings.stopped_step(run.result)) is not None}
+
+
+def stopped_lines(runs: Mapping[int, Run]) -> list[str]:
+    """Per seed of an arm stopped at its rollout budget: the step it stopped at (of its settings' steps), the rollouts
+    it had generated by then and the budget, and its final validation, there; nothing where no run stopped."""
+    stopped = {seed: run.result["stopped"] for seed, run in sorted(runs.items()) if "stopped" in run.result}
+    if not stopped:
+        return []
+    lines = ["Stopped at the rollout budget (fair_verdict.md, amendment 1: it ends once it has generated GRPO's "
+             "final rollouts, 64 x steps, and verl validates at that step):", "",
+             "| seed | stopped at step | of | rollouts generated | the budget | its final validation, there |",
+             "|---" * 6 + "|"]
+    for seed, record in stopped.items():
+        lines.append(f"| {seed} | {int(record['step'])} | {int(record['steps'])} | {float(record['rollouts']):,.0f} | "
+                     f"{float(record['stop_at_rollouts']):,.0f} | {readings.final(runs[seed].result):.3f} |")
+    return [*lines, ""]
 
 
 def dynamic_lines(dynamic: Mapping[int, Run], reference: Mapping[int, Run]) -> list[str]:
@@ -304,14 +393,23 @@ def dynamic_lines(dynamic: Mapping[int, Run], reference: Mapping[int, Run]) -> l
     wall_note = (f"GRPO's training time to its final validation, {sum(budget) / len(budget) / 60:.1f} min on "
                  f"average over these seeds (the sum of verl's `timing_s/step`)" if budget else "")
     wall_note = "; ".join(t for t in (wall_note, wall.note and f"left out: {wall.note}") if t)
+    stops = stopped_steps(dynamic)
+    # a stopped run never reached GRPO's final step: its equal-steps reading is at the step it reached, said beside it
+    steps_text = ("its final validation, at the step it stopped at, minus GRPO n = 8's held-out curve at that same "
+                  "step (linear between GRPO's validations): " + ", ".join(f"seed {s}: step {k}" for s, k in
+                                                                        stops.items())
+                  + (f"; {steps.note}" if steps.note and steps.interval is None else "")
+                  if stops else "its validation at GRPO's final step, whatever it generated to fill its batches"
+                  + (f"; {steps.note}" if steps.note else ""))
     return [
+        *stopped_lines(dynamic),
         f"**{_label(DYNAMIC)} (DAPO's dynamic sampling) read three ways**, each minus GRPO n = 8 paired by seed:", "",
         "| read at | paired seeds | minus GRPO n = 8 | what it means |", "|---|---|---|---|",
         f"| equal generated rollouts (the rule's) | {len(rollouts.seeds) if rollouts else 0} | "
         f"{stats.format_interval(rollouts.summary.difference, signed=True) if rollouts else 'n/a'} | its curve read at "
         "GRPO's final rollouts, every rollout it generated counted (the groups it dropped included) |",
-        f"| equal steps | {len(steps.seeds)} | {cell(steps)} | its validation at GRPO's final step, whatever it "
-        f"generated to fill its batches{'; ' + steps.note if steps.note else ''} |",
+        f"| equal steps{' (at the step it reached)' if stops else ''} | {len(steps.seeds)} | {cell(steps)} | "
+        f"{steps_text} |",
         f"| equal wall time | {len(wall.seeds)} | {cell(wall)} | its curve read at GRPO's training time, linear "
         f"between its validations on its own clock{'; ' + wall_note if wall_note else ''} |",
         "",
@@ -404,11 +502,65 @@ def plot_mechanisms(comparison: Comparison, out_png: Path) -> Path | None:
 
 def plot_curves(comparison: Comparison, out_png: Path) -> Path | None:
     """The held-out curves per arm over the rollouts each generated (mean, 95% band over seeds) beside each arm's
-    paired difference to GRPO n = 8: the comparison report's own plot (compare/report.py)."""
+    paired difference to GRPO n = 8: the comparison report's own plot (compare/report.py), or, where a run stopped
+    at its rollout budget, :func:`plot_budget_curves` (the comparison report pairs on shared validations, which a
+    stopped run's last one is not)."""
     results = [run.result for runs in comparison.arms.values() for run in runs.values()]
     if not results:
         return None
+    if any(readings.stopped_step(r) is not None for r in results) and comparison.reference is not None:
+        return plot_budget_curves(comparison, out_png)
     return compare_report.plot_comparison(results, out_png, reference=("grpo", 8))
+
+
+def plot_budget_curves(comparison: Comparison, out_png: Path) -> Path:
+    """The same two panels for a comparison with a run stopped at its rollout budget, every arm paired with GRPO n = 8
+    as the rule reads it (readings.pair): a stopped arm's curves are read at GRPO's validations' rollouts, up to the
+    budget, and each of its seeds' last validation is marked where it was made (x); the right panel is each arm minus
+    GRPO at GRPO's validations, up to the rollouts every seed of the arm has been validated at."""
+    reference = _results(comparison.reference)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for i, (arm, runs) in enumerate(comparison.arms.items()):
+        color, label = f"C{i % 10}", _label(arm)
+        if arm == fair_verdict.REFERENCE:
+            steps = pairing.shared_steps(list(reference.values()))
+            x = np.mean([generated_rollouts(r, steps) for r in reference.values()], axis=0)
+            curves = np.array([[r["validation"][str(k)] for k in steps] for r in reference.values()], dtype=float)
+        else:
+            paired_runs = readings.pair(_results(runs), reference)
+            if paired_runs is None:
+                continue
+            x, curves = paired_runs.x_by_seed.mean(0), paired_runs.curves
+            shared = paired_runs.x_reference <= paired_runs.x_by_seed[:, -1].min()
+            diff = np.array([np.interp(paired_runs.x_reference[shared], xs, curve) for xs, curve in
+                             zip(paired_runs.x_by_seed, paired_runs.curves, strict=True)]) - \
+                paired_runs.reference[:, shared]
+            mean, low, high = stats.band(diff)
+            axes[1].plot(paired_runs.x_reference[shared], mean, marker="o", color=color, label=label)
+            axes[1].fill_between(paired_runs.x_reference[shared], low, high, color=color, alpha=0.15)
+        mean, low, high = stats.band(curves)
+        axes[0].plot(x, mean, marker="o", color=color, label=label)
+        axes[0].fill_between(x, low, high, color=color, alpha=0.15)
+        stops = [run.result for run in runs.values() if readings.stopped_step(run.result) is not None]
+        if stops:  # where each stopped seed made its last validation: at or past the budget
+            ends = [(generated_rollouts(r, readings.validation_curve(r)[0])[-1], readings.final(r))
+                    for r in stops]
+            axes[0].scatter(*zip(*ends, strict=True), marker="x", color=color, zorder=3,
+                            label=f"{label}: each stopped seed's last validation")
+    axes[0].set_title("held-out pass rate (band: 95% t-interval over seeds)")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[1].set_title(f"minus {_label(fair_verdict.REFERENCE)}, paired by seed, at equal rollouts (95% CI)")
+    axes[1].axhline(0.0, color="black", linewidth=0.8)
+    for ax in axes:
+        ax.set_xlabel("rollouts generated")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
 
 
 # ------------------------------------------------------------------------------------------------ cold start
@@ -476,6 +628,198 @@ def cold_lines(comparison: Comparison, png: str | None) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------------------------------- provenance
+RUNS_MD = "runs.md"
+# The fair verdict's own runs, by the folder each kind keeps its state in and its stage's name (the committed
+# comparison's runs, which count at 2e-5, are not its: they predate the design)
+PROVENANCE_STAGES = ((campaign.TUNING, campaign.TUNING_STAGE), (campaign.OWN_LR, campaign.OWN_STAGE),
+                     (campaign.COLD_SELECTION, campaign.SELECTION_STAGE),
+                     (campaign.COLD_ARMS_STATE, campaign.COLD_STAGE))
+UNKNOWN = "unknown"
+NAMED_UNKNOWN = 5  # the report names the runs of unknown descent up to this many, and counts them beyond
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a run, as far as its records keep it; None where they do not (never filled in)."""
+
+    commit: str | None  # read as the attempt started; None where it was not (a result from before that was read)
+    tree_clean: bool | None
+    cpu: str | None
+    started_utc: str | None
+    from_step: int
+
+    def describe(self) -> str:
+        commit = f"`{self.commit[:7]}`" if self.commit else "commit not read at its start"
+        clean = {True: "clean tree", False: "**dirty tree**", None: "tree clean: not kept"}[self.tree_clean]
+        cpu = (self.cpu or "CPU not kept").removeprefix("CPU: ")
+        start = self.started_utc or "at a time not kept"
+        return f"{commit}, {clean}, {cpu}, started {start}, from step {self.from_step}"
+
+
+def kept_attempts(result: dict) -> list[Attempt]:
+    """The attempts that made a run's result, read from its ``result.json``: the state keeps no ``attempts.json``
+    (instruments/compare/state.py), and the result holds what the runner copied from it (instruments/compare/runs.py):
+    the first attempt's commit and start, each attempt's commit and CPU and the steps the later ones resumed from.
+    A later attempt's start is not kept. ``tree_clean`` is kept for all the attempts together: where it is true,
+    each attempt's tree was clean; where false with several attempts, which one was dirty is not kept."""
+    resumed = [int(step) for step in result.get("resumed_from_steps", [])]
+    read_at_start = "commit_read" not in result  # runs.commit_record: a commit read after the run is not the start's
+    commits = result.get("attempt_commits", [result.get("commit")])
+    commits = [c if read_at_start and c and c != UNKNOWN else None for c in commits]
+    cpus = result.get("attempt_cpus", [result.get("cpu")])
+    together = result.get("tree_clean")
+    clean = together if together is True or len(commits) == 1 else None
+    starts = [result.get("started_utc"), *[None] * len(resumed)]
+    return [Attempt(commit, clean, cpu, start, step) for commit, cpu, start, step in
+            zip(commits, cpus, starts, [0, *resumed], strict=True)]
+
+
+def replaced_attempts(result: dict) -> list[tuple[int, list[Attempt]]]:
+    """The attempts a fresh start replaced (they left no usable checkpoint), oldest first: (the step they had reached,
+    their attempts), each as resume.replaced_attempt kept it."""
+    return [(int(group.get("reached_step", 0)),
+             [Attempt(a.get("commit") or None, a.get("tree_clean"), a.get("cpu"), a.get("started_utc"),
+                      int(a.get("from_step") or 0)) for a in group["attempts"]])
+            for group in result.get("replaced_attempts", [])]
+
+
+@cache
+def descends(commit: str | None, ancestor: str, repo: Path = fair_verdict.ROOT) -> bool | None:
+    """Whether ``commit`` is ``ancestor`` or descends from it (``git merge-base --is-ancestor``: 0 yes, 1 no); None
+    where git cannot say (no git, not a repository, a commit this clone lacks, no commit recorded): unknown, never a
+    guess."""
+    if not commit:
+        return None
+    try:
+        done = subprocess.run(["git", "merge-base", "--is-ancestor", ancestor, commit], cwd=repo,
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(done.returncode)
+
+
+def _yes_no(value: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: UNKNOWN}[value]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """One finished fair-verdict run's record: where it lies, what ran, its attempts, and its commits' descent from
+    the design and its amendments (fair_verdict.DESIGN_COMMIT, AMENDMENT_COMMITS)."""
+
+    stage: str
+    path: str  # relative to the state's root (results/regime/)
+    run: Run
+    attempts: list[Attempt]
+    replaced: list[tuple[int, list[Attempt]]]
+    first_descends: dict[str, bool | None]  # the first attempt's commit (a replaced one, if any), per commit checked
+    all_descend: bool | None  # every attempt's commit, replaced ones included, descends from the design
+
+    @property
+    def first(self) -> Attempt:
+        return self.replaced[0][1][0] if self.replaced else self.attempts[0]
+
+
+def _every(values: Sequence[bool | None]) -> bool | None:
+    """All true: true; any false: false; else (one unknown) unknown."""
+    return False if False in values else (True if all(v is True for v in values) else None)
+
+
+def provenance(regime: Path, repo: Path = fair_verdict.ROOT) -> list[Provenance]:
+    """Every finished run under the fair verdict's state folders, in stage and path order."""
+    checks = {"design": fair_verdict.DESIGN_COMMIT, **fair_verdict.AMENDMENT_COMMITS}
+    out = []
+    for folder, stage in PROVENANCE_STAGES:
+        for run in load_runs(regime / folder):
+            attempts, replaced = kept_attempts(run.result), replaced_attempts(run.result)
+            first = replaced[0][1][0] if replaced else attempts[0]
+            every = [a.commit for _, group in replaced for a in group] + [a.commit for a in attempts]
+            out.append(Provenance(stage, str(run.folder.relative_to(regime)), run, attempts, replaced,
+                                  {name: descends(first.commit, commit, repo) for name, commit in checks.items()},
+                                  _every([descends(c, fair_verdict.DESIGN_COMMIT, repo) for c in every])))
+    return out
+
+
+def _stopped_text(result: dict) -> str:
+    stopped = result.get("stopped")
+    if stopped is None:
+        return f"no (all {result['settings'].get('steps', '?')} steps)"
+    return (f"at step {int(stopped['step'])} of {int(stopped['steps'])}, {float(stopped['rollouts']):,.0f} rollouts "
+            f"(budget {float(stopped['stop_at_rollouts']):,.0f})")
+
+
+def provenance_row(p: Provenance) -> str:
+    settings = p.run.result["settings"]
+    budget = f", stop at {settings['stop_at_rollouts']} rollouts" if "stop_at_rollouts" in settings else ""
+    attempts = "<br>".join(f"{i}. {a.describe()}" for i, a in enumerate(p.attempts, 1))
+    replaced = "<br>".join(f"reached step {step}: " + "; ".join(a.describe() for a in group)
+                           for step, group in p.replaced) or "none"
+    wall = p.run.result.get("wall_s")
+    ended = p.run.result.get("ended_utc")
+    wall_text = ("-" if wall is None else f"{float(wall) / 60:.1f} min") + (f" (ended {ended})" if ended else "")
+    # an amendment binds only the runs after it (amendment 1 came while the first tuning run ran): "no" is no alarm
+    amendments = " | ".join(_yes_no(p.first_descends[name]).strip("*") for name in fair_verdict.AMENDMENT_COMMITS)
+    return (f"| {p.stage} | {_label(p.run.arm)} | {p.run.lr:g} | {p.run.seed} | {settings.get('task', '?')}, "
+            f"{settings.get('steps', '?')} steps{budget} | {attempts} | {replaced} | {wall_text} | "
+            f"{_stopped_text(p.run.result)} | {_yes_no(p.first_descends['design'])} | {_yes_no(p.all_descend)} | "
+            f"{amendments} |")
+
+
+def runs_markdown(rows: Sequence[Provenance]) -> str:
+    """results/fair_verdict/runs.md: every finished run of the fair verdict with its attempts and commits."""
+    design = fair_verdict.DESIGN_COMMIT
+    amendments = [f"{name} (`{commit}`)" for name, commit in fair_verdict.AMENDMENT_COMMITS.items()]
+    lines = ["# The fair verdict's runs: where each came from", "",
+             "Generated by `python scripts/fair_verdict_report.py` with [the report](report.md). One row per finished "
+             "run under `results/regime/` `lr_tuning/`, `own_lr/` and `cold_start/`, read from its `result.json` "
+             "(the state keeps no `attempts.json`: each run's result holds what the runner copied from it, "
+             "`instruments/compare/runs.py`). Attempts: the ones that made the result, in order: the commit each "
+             "started at (read as it started), whether its tree was clean (kept for all the attempts together: a "
+             "resumed run whose tree was not clean throughout says \"not kept\"), its CPU, its start (kept for the "
+             "first only) and the step it started from. Replaced attempts: those a fresh start replaced because they "
+             "left no usable checkpoint, with the step they had reached. Wall time: the kept attempts' verl time.", "",
+             f"The commit checks: whether the run's first attempt (a replaced one, where there is one) started at a "
+             f"commit that is the design's (`{design}`, [fair_verdict.md](../fair_verdict.md)) or descends from it; "
+             f"whether every attempt's did; and whether the first attempt's descends from "
+             f"{', '.join(amendments)}, which binds only the runs that began after it (amendment 1 says the first "
+             "tuning run began before it). Read with `git merge-base --is-ancestor`; \"unknown\" where git cannot "
+             "say (no git, or a commit this clone lacks), never a guess.", ""]
+    if not rows:
+        return "\n".join([*lines, "No fair-verdict run has finished yet."]) + "\n"
+    amendment_heads = " | ".join(f"first attempt descends from {name} `{commit}`"
+                                 for name, commit in fair_verdict.AMENDMENT_COMMITS.items())
+    lines += [f"| stage | arm | rate | seed | task, steps | attempts | replaced attempts | wall time | stopped | first "
+              f"attempt descends from the design `{design}` | every attempt descends from it | {amendment_heads} |",
+              "|---" * (11 + len(fair_verdict.AMENDMENT_COMMITS)) + "|", *(provenance_row(p) for p in rows)]
+    return "\n".join(lines) + "\n"
+
+
+def provenance_lines(rows: Sequence[Provenance]) -> list[str]:
+    """The report's section: how many runs, which of them do not (or not knowably) descend from the design, and the
+    link to the table."""
+    if not rows:
+        return [f"No fair-verdict run has finished yet ([{RUNS_MD}]({RUNS_MD}) will list them).", ""]
+    stages = ", ".join(f"{stage} {n}" for stage, n in Counter(p.stage for p in rows).items())
+    lines = [f"{len(rows)} fair-verdict run{'s have' if len(rows) > 1 else ' has'} finished ({stages}); each one's "
+             "attempts (commit, clean tree or not, CPU, start, the step it started from), replaced attempts, wall time "
+             f"and whether it stopped at its rollout budget are in [{RUNS_MD}]({RUNS_MD}).", ""]
+    for label, values in (("first attempt", [p.first_descends["design"] for p in rows]),
+                          ("every attempt", [p.all_descend for p in rows])):
+        # the runs that do not are named, a count alone would hide which; the unknown too, up to a few (a state
+        # copied without git's history makes them all unknown: runs.md names each)
+        named = ""
+        for flag, what in ((False, "**not**"), (None, UNKNOWN)):
+            paths = [f"`{p.path}`" for p, v in zip(rows, values, strict=True) if v is flag]
+            if paths and (flag is False or len(paths) <= NAMED_UNKNOWN):
+                named += f"; {what}: " + ", ".join(paths)
+            elif paths:
+                named += f"; {what}: {len(paths)} (named in [{RUNS_MD}]({RUNS_MD}))"
+        lines.append(f"- Runs whose {label} started at a commit descending from the design "
+                     f"(`{fair_verdict.DESIGN_COMMIT}`): {sum(v is True for v in values)} of {len(rows)}{named}.")
+    return [*lines, ""]
+
+
 # -------------------------------------------------------------------------------------------------- the report
 INTRO = """# The fair verdict: the report so far
 
@@ -497,7 +841,9 @@ Run the same command again as runs finish.
   credits learning early).
 - **DAPO's dynamic sampling** (GRPO n = 8 that drops all-equal groups and generates more until its batch is full),
   three ways: at **equal generated rollouts** (the rule's: its curve read at GRPO's final rollouts, every rollout it
-  generated counted), at **equal steps** (its validation at GRPO's final step), at **equal wall time** (its curve
+  generated counted), at **equal steps** (its validation at GRPO's final step; in the cold start, where it stops
+  once it has generated GRPO's final rollouts, fair_verdict.md amendment 1, its last validation at the step it
+  stopped at minus GRPO's curve at that step, the step said beside it), at **equal wall time** (its curve
   read at GRPO's training time, from verl's per-step `timing_s/step` in each run's `metrics.jsonl`; only seeds whose
   two runs kept their metrics and ran on the same kind of CPU count, and a second is only the same second where the
   runs shared their machine alike).
@@ -533,9 +879,11 @@ def campaign_lines(regime: Path) -> list[str]:
     return [*lines, ""]
 
 
-def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: int | None = None) -> str:
+def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: int | None = None,
+                    repo: Path = fair_verdict.ROOT) -> str:
     """The whole report from the state under ``regime`` (results/regime/, laid out as instruments/fair_verdict.py
-    says); writes its plots into ``out_dir`` (named in the text relative to it)."""
+    says); writes its plots and the runs' provenance (``runs.md``) into ``out_dir`` (named in the text relative to
+    it), the runs' commits checked against the design's in the git repository ``repo``."""
     steps = campaign.wide_steps() if steps is None else steps
     states = {arm: tuning_state(arm, regime / campaign.TUNING / fair_verdict.arm_folder(arm), steps)
               for arm in fair_verdict.TUNED_ARMS}
@@ -553,6 +901,11 @@ def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: in
              "cut if compute runs out).", ""]
     for arm in fair_verdict.TUNED_ARMS:
         lines += tuning_lines(states[arm])
+    if plot_tuning(states, steps, out_dir / TUNING_PNG):
+        lines += [f"![final held-out pass rate against the learning rate, per tuned arm]({TUNING_PNG})", "",
+                  "Each tuned arm with a finished tuning run: its final held-out pass rate against the learning rate "
+                  "(log2 axis), one marker per tuning seed, the line the mean over the seeds run at each rate, the "
+                  "dashed line the chosen rate once the procedure has chosen.", ""]
     lines += ["## 2. Side by side: every arm at GRPO's learning rate and at its own", "",
               "Left: the committed pretrained-LM comparison (`results/regime/pretrained_lm_runs/comparison/`), every "
               "arm at 2e-05, the rate GRPO's sweep chose; its verdicts as committed. Right: each core arm at the rate "
@@ -593,6 +946,12 @@ def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: in
         lines += cold_lines(cold, png.name if png else None)
         if plot_curves(cold, out_dir / "curves_cold_start.png"):
             lines += ["![held-out curves in the cold start](curves_cold_start.png)", ""]
+        # the readings beside the rule's (fair_verdict.md, section 4), DAPO's three ways at the budget it stopped at
+        lines += ["### 4.3. The readings beside the rule's in the cold start", "", *readings_lines(cold)]
+    rows = provenance(regime, repo)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / RUNS_MD).write_text(runs_markdown(rows))
+    lines += ["## 5. Where every run came from", "", *provenance_lines(rows)]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,6 +1,7 @@
 """The fair verdict's report (results/fair_verdict.md, issue 56), from whatever run state exists so far: the tuning,
 every arm at GRPO's learning rate and at its own, the readings beside the rule's, the cold start; pending where runs
-have not finished. Writes results/fair_verdict/report.md and its plots (instruments/fair_verdict_report.py).
+have not finished. Writes results/fair_verdict/report.md, its plots (the tuning's among them) and runs.md, where every
+run came from (instruments/fair_verdict_report.py).
 
     python scripts/fair_verdict_report.py                       # into results/fair_verdict/
     python scripts/fair_verdict_report.py --out /tmp/verdict    # somewhere else

@@ -14,7 +14,10 @@ them judges:
   (fair_verdict.md, section 4): the mean pass rate over training, which rewards learning early;
 - **DAPO's dynamic sampling three ways**: at equal generated rollouts (the rule's reading, ``pairing``), at equal
   steps (:func:`at_equal_steps`), at equal training wall time (:func:`at_equal_wall_time`, from verl's per-step
-  ``timing_s/step``), since DAPO buys its kept groups with extra generation that a step count hides;
+  ``timing_s/step``), since DAPO buys its kept groups with extra generation that a step count hides. In the cold
+  start its runs stop once they have generated the reference's final rollouts (fair_verdict.md, amendment 1; the
+  result's ``stopped`` record, instruments/compare/runs.py), each seed at its own step: :func:`pair` reads them at
+  the budget all the same, and :func:`at_equal_steps` at the step each reached;
 - **rollouts to reach GRPO's final** (``stats.reach_interval``, through ``pairing``);
 - from the group record, by step: the shares of all-wrong and all-right groups (the groups GRPO learns nothing
   from), and for an arm with a history its lag behind the step's pass rate and its mean weight: the mechanism the
@@ -36,6 +39,7 @@ import pandas as pd
 from instruments import regime, rule, stats
 from instruments.compare import pairing
 from instruments.run import report
+from instruments.run.run_logs import generated_rollouts
 
 Result = dict  # one run's result.json
 Reading = Callable[[Result], float]
@@ -56,7 +60,8 @@ def validation_curve(result: Result) -> tuple[np.ndarray, np.ndarray]:
 
 
 def final(result: Result) -> float:
-    """The validation at the run's last validated step: the rule's reading."""
+    """The validation at the run's last validated step: the rule's reading (a run stopped at its rollout budget has it
+    at the step it stopped at, not at its settings' steps: never read ``validation[steps]``)."""
     steps, values = validation_curve(result)
     if not len(steps):
         raise ValueError("the run has no validation")
@@ -80,6 +85,13 @@ def auc(result: Result) -> float:
     return float(np.trapezoid(values, steps) / (steps[-1] - steps[0]))
 
 
+def stopped_step(result: Result) -> int | None:
+    """The step at which a run stopped once it had generated its rollout budget (its result's ``stopped`` record,
+    written by instruments/compare/runs.py); None for a run that trained all its steps."""
+    stopped = result.get("stopped")
+    return None if stopped is None else int(stopped["step"])
+
+
 READINGS: dict[str, Reading] = {"final": final, "last two": last_two_mean, "AUC": auc}
 RULE_READING = "final"
 
@@ -93,6 +105,7 @@ class Difference:
     interval: stats.Interval | None
     seeds: tuple[int, ...]
     note: str = ""
+    at_steps: tuple[int, ...] = ()  # where a reading is taken at a step per seed (at_equal_steps): that step, by seed
 
 
 def paired(arm: Mapping[int, Result], reference: Mapping[int, Result], read: Reading) -> Difference:
@@ -118,30 +131,91 @@ class RuleReading:
     verdict: str | None
 
 
-def rule_reading(arm: Mapping[int, Result], reference: Mapping[int, Result]) -> RuleReading | None:
-    """The rule's reading through ``pairing.pair`` (an arm that drew beyond its batch read at the reference's final
-    generated rollouts); None where they share no seed or validation."""
-    pair = pairing.pair(arm, reference)
-    if pair is None:
+def pair(arm: Mapping[int, Result], reference: Mapping[int, Result]) -> pairing.Paired | None:
+    """``arm`` paired with ``reference`` by seed as the rule reads them: ``pairing.pair`` where every run of the arm
+    trained all its steps (the committed comparisons' reading, unchanged).
+
+    An arm whose runs stopped at their rollout budget (fair_verdict.md, amendment 1: DAPO in the cold start) has its
+    last validation at the step it stopped at, which differs between seeds and is not one of the reference's
+    validations (every 5 steps). ``pairing.pair`` pairs on the validations both have: it would drop that last point
+    and take the reference's last shared step (say 5 of 20) for its final, a reading at a fifth of the budget that
+    looks like the rule's. Here each seed's curve is placed on the rollouts it generated and read at the reference's
+    validations' rollouts, linear between its own validations (the interpolation regime.generated_arm_summary reads
+    the budget with), so that the rule's final is read at the reference's final rollouts, the budget, and the reach
+    on the same grid. Raises where a stopped run's last validation comes before the budget (it cannot be read there,
+    and a flat extension would make a number up); None where they share no seed or validation."""
+    seeds = sorted(set(arm) & set(reference))
+    if not any(stopped_step(arm[s]) is not None for s in seeds):
+        return pairing.pair(arm, reference)
+    steps = pairing.shared_steps([reference[s] for s in seeds])
+    if not steps:
         return None
-    summary = pair.reading()
-    seeds = tuple(pair.seeds)
+    x_reference = np.mean([generated_rollouts(reference[s], steps) for s in seeds], axis=0)
+    curves = []
+    for s in seeds:
+        own_steps, values = validation_curve(arm[s])
+        x = generated_rollouts(arm[s], own_steps)
+        if x[-1] < x_reference[-1]:
+            raise ValueError(f"seed {s}: the arm's last validation (step {own_steps[-1]}) comes after {x[-1]:g} "
+                             f"generated rollouts, fewer than the reference's final {x_reference[-1]:g}: it cannot "
+                             "be read at that budget")
+        curves.append(np.interp(x_reference, x, values))
+    reference_curves = np.array([[np.nan if (v := reference[s]["validation"][str(k)]) is None else v for k in steps]
+                                 for s in seeds], dtype=float)
+    return pairing.Paired(seeds, np.array(curves), reference_curves, np.tile(x_reference, (len(seeds), 1)),
+                          x_reference, generated=True)
+
+
+def rule_reading(arm: Mapping[int, Result], reference: Mapping[int, Result]) -> RuleReading | None:
+    """The rule's reading through :func:`pair` (``pairing.pair``; an arm that drew beyond its batch, or stopped at its
+    budget, read at the reference's final generated rollouts); None where they share no seed or validation."""
+    paired_runs = pair(arm, reference)
+    if paired_runs is None:
+        return None
+    summary = paired_runs.reading()
+    seeds = tuple(paired_runs.seeds)
     return RuleReading(summary, seeds, rule.verdict(summary.difference) if len(seeds) >= rule.MIN_SEEDS else None)
 
 
 # ------------------------------------------------------------------------------------ DAPO, read three ways
 def at_equal_steps(arm: Mapping[int, Result], reference: Mapping[int, Result]) -> Difference:
-    """Each seed's validation at the reference's final step minus the reference's final: the arm after as many
-    optimizer steps as the reference, whatever it generated to fill them."""
+    """Per seed, the arm after as many optimizer steps as the reference, whatever it generated to fill them: its
+    validation at the reference's final step minus the reference's final. A run stopped at its rollout budget
+    (fair_verdict.md, amendment 1) never reached that step; it is read at the step it stopped at instead: its final
+    validation (verl validates at the step it stops at) minus the reference's held-out curve at that same step, linear
+    between the reference's validations. ``at_steps`` gives each seed's step, and the note says where they are not
+    the reference's final."""
     seeds = tuple(sorted(set(arm) & set(reference)))
     if not seeds:
         return Difference(None, (), "no seed run by both")
-    ends = {s: int(validation_curve(reference[s])[0][-1]) for s in seeds}
-    missing = [s for s in seeds if str(ends[s]) not in arm[s]["validation"]]
-    if missing:
-        return Difference(None, seeds, f"seed(s) {missing} have no validation at the reference's final step")
-    values = np.array([float(arm[s]["validation"][str(ends[s])]) for s in seeds])
-    return Difference(stats.paired_difference(values, np.array([final(reference[s]) for s in seeds])), seeds)
+    values, base, at, problems = [], [], [], []
+    for s in seeds:
+        ref_steps, ref_values = validation_curve(reference[s])
+        own_steps, own_values = validation_curve(arm[s])
+        stop = stopped_step(arm[s])
+        if stop is None:  # it trained all its steps: read at the reference's final step
+            step = int(ref_steps[-1])
+            if step not in own_steps:
+                problems.append(s)
+                continue
+            values.append(float(own_values[list(own_steps).index(step)]))
+            base.append(float(ref_values[-1]))
+        else:
+            step = stop
+            if int(own_steps[-1]) != stop or not ref_steps[0] <= stop <= ref_steps[-1]:
+                return Difference(None, seeds, f"seed {s} stopped at step {stop}, but its last validation is at step "
+                                  f"{int(own_steps[-1])} and the reference's validations span steps "
+                                  f"{int(ref_steps[0])}-{int(ref_steps[-1])}: no reading at that step")
+            values.append(float(own_values[-1]))
+            base.append(float(np.interp(stop, ref_steps, ref_values)))
+        at.append(step)
+    if problems:
+        return Difference(None, seeds, f"seed(s) {problems} have no validation at the reference's final step")
+    finals = {s: int(validation_curve(reference[s])[0][-1]) for s in seeds}
+    early = [f"seed {s}: step {step}" for s, step in zip(seeds, at, strict=True) if step != finals[s]]
+    note = ("at the step each stopped run reached, the reference's curve read there: " + ", ".join(early)
+            if early else "")
+    return Difference(stats.paired_difference(np.array(values), np.array(base)), seeds, note, tuple(at))
 
 
 def training_clock(metrics: pd.DataFrame) -> pd.Series:
@@ -282,4 +356,5 @@ def seed_mean_by_step(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
 
 __all__ = ["PASS", "READINGS", "RULE_READING", "Difference", "RuleReading", "at_equal_steps", "at_equal_wall_time",
            "auc", "curve_at_time", "final", "group_shares", "has_history", "history_by_step", "last_two_mean",
-           "paired", "read_groups", "rule_reading", "seed_mean_by_step", "training_clock", "validation_curve"]
+           "pair", "paired", "read_groups", "rule_reading", "seed_mean_by_step", "stopped_step", "training_clock",
+           "validation_curve"]

@@ -5,10 +5,13 @@ comparison."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.collections import PathCollection
 from scipy import stats as scipy_stats
 
 from instruments import campaign, fair_verdict, stats, tuning
@@ -138,3 +141,186 @@ def test_the_script_reads_the_committed_comparison(tmp_path):
     assert f"| equal steps | 5 | {expected} |" in text
     assert "| equal wall time | 2 |" in text and "seed 2: no metrics kept by the reference" in text
     assert (tmp_path / "curves_grpo_rate.png").is_file()
+    # the first tuning run (GRPO n = 8, 1e-5, seed 100): 46cc1f7, after a first attempt at 6b7b822 replaced at step 0,
+    # both after the design (9b8da05), both before amendment 1 (b9f88c9), which was added while it ran
+    row = _row((tmp_path / "runs.md").read_text(), "| tuning | grpo n=8 (8 prompts) | 1e-05 | 100 |")
+    assert "1. `46cc1f7`, clean tree," in row and "reached step 0: `6b7b822`, clean tree," in row
+    known = subprocess.run(["git", "cat-file", "-e", "9b8da05^{commit}"], cwd=fair_verdict.ROOT,
+                           capture_output=True).returncode == 0 if shutil.which("git") else False
+    assert row.endswith("| yes | yes | no |" if known else "| unknown | unknown | unknown |")
+    assert (tmp_path / "tuning.png").is_file() and "](tuning.png)" in text
+
+
+# ------------------------------------------------------------------------------- DAPO stopped at its budget
+# The cold start's DAPO (fair_verdict.md, amendment 1): 64 + 8 x extra rollouts a step, stopped at the first step that
+# reaches GRPO's 64 x 20 = 1,280. Seeds 0-3 draw 15 extra groups a step (184 rollouts: 920 by step 5, 1,288 by step 7,
+# where they stop); seed 4 draws 11 (152: 760 by step 5, 1,368 by step 9).
+DAPO_STOPS = {0: (15, 7), 1: (15, 7), 2: (15, 7), 3: (15, 7), 4: (11, 9)}
+
+
+def _dapo(seed: int) -> dict[int, float]:
+    return {0: 0.02, 5: 0.1 + 0.01 * seed, DAPO_STOPS[seed][1]: 0.2 + 0.01 * seed}
+
+
+@pytest.fixture
+def cold_dapo(state: Path) -> Path:
+    """The made-up state, with DAPO's five cold seeds stopped at the budget (GRPO's cold runs: 0.02, 0.1, 0.2 at steps
+    0, 10, 20)."""
+    folder = state / campaign.COLD_ARMS_STATE / "grpo_dynamic_n8" / "lr_2e-05"
+    for seed, (extra, step) in DAPO_STOPS.items():
+        _save(folder, "grpo_dynamic:8", seed, 2e-5, _dapo(seed))
+        path = folder / "runs" / fair_verdict.run_folder("grpo_dynamic:8", seed) / "result.json"
+        result = json.loads(path.read_text())
+        result["settings"] |= {"steps": "20", "stop_at_rollouts": "1280"}
+        result["filter_groups"] = {"evicted_samples": {str(k): float(extra) for k in range(1, step + 1)}}
+        result["stopped"] = {"reason": "rollout budget", "step": step, "rollouts": float((64 + 8 * extra) * step),
+                             "stop_at_rollouts": 1280, "steps": 20}
+        path.write_text(json.dumps(result))
+    return state
+
+
+def _interval(diffs: np.ndarray) -> str:
+    half = scipy_stats.t.ppf(0.975, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs))
+    return f"{diffs.mean():+.3f} [{diffs.mean() - half:+.3f}, {diffs.mean() + half:+.3f}]"
+
+
+def test_dapo_stopped_at_the_budget_is_read_where_it_stopped(cold_dapo, tmp_path):
+    text = fvr.report_markdown(tmp_path / "out", cold_dapo, STEPS)
+    # per seed: the step it stopped at, the rollouts it generated, the budget and its final there
+    assert "| 0 | 7 | 20 | 1,288 | 1,280 | 0.200 |" in text and "| 4 | 9 | 20 | 1,368 | 1,280 | 0.240 |" in text
+    # the rule's reading: each seed's own curve read at 1,280 rollouts, minus GRPO's final (0.2)
+    def at_budget(seed: int) -> float:  # linear between its step-5 validation and its last, on its own rollouts
+        extra, step = DAPO_STOPS[seed]
+        per_step, values = 64 + 8 * extra, _dapo(seed)
+        return values[5] + (1280 - 5 * per_step) / ((step - 5) * per_step) * (values[step] - values[5])
+
+    assert at_budget(0) == pytest.approx(0.1 + 360 / 368 * 0.1)  # 920 -> 1,288 rollouts
+    at_budget = np.array([at_budget(s) for s in range(5)])
+    assert f"| {_interval(at_budget - 0.2)} |" in _row(text, "| grpo_dynamic n=8 (8 prompts) | 2e-05 |")
+    # equal steps: its final minus GRPO's curve at the same step (step 7: 0.02 + 0.7 x 0.08; step 9: + 0.9 x 0.08)
+    grpo_at = {7: 0.02 + 0.7 * 0.08, 9: 0.02 + 0.9 * 0.08}
+    equal_steps = np.array([0.2 + 0.01 * s - grpo_at[DAPO_STOPS[s][1]] for s in range(5)])
+    row = _row(text, "| equal steps (at the step it reached) | 5 |")
+    assert f"| {_interval(equal_steps)} |" in row and "seed 0: step 7" in row and "seed 4: step 9" in row
+    assert "| equal wall time | 0 | n/a |" in text  # no metrics kept here: left out, as it is
+    assert "which end at the step each run stopped at (seed 0: 7" in text  # last two and AUC: said what they are
+    assert (tmp_path / "out" / "curves_cold_start.png").is_file()
+
+
+# ------------------------------------------------------------------------------------------- the tuning plot
+def test_the_tuning_plot_draws_each_seed_the_mean_and_the_choice(tmp_path):
+    regime = tmp_path / "regime"
+    finals = {1e-5: (0.5, 0.6), 2e-5: (0.7, 0.8), 4e-5: (0.6, 0.62)}  # chosen: 2e-5, interior on both seeds
+    for lr, by_seed in finals.items():
+        for seed, final in zip(tuning.TUNING_SEEDS, by_seed, strict=True):
+            _save(regime / campaign.TUNING / "grpo_n8" / fair_verdict.lr_folder(lr), "grpo:8", seed, lr,
+                  {0: 0.1, 10: 0.3, STEPS: final})
+    _save(regime / campaign.TUNING / "bv_blend_n2" / "lr_2e-05", "bv_blend:2", 100, 2e-5, {0: 0.1, 10: 0.3, STEPS: 0.4})
+    states = {arm: fvr.tuning_state(arm, regime / campaign.TUNING / fair_verdict.arm_folder(arm), STEPS)
+              for arm in fair_verdict.TUNED_ARMS}
+    fig = fvr.tuning_figure(states, STEPS)
+    grpo, bv2 = fig.axes  # one panel per arm with a finished tuning run, in the tuning's order
+    assert grpo.get_title() == "grpo n=8 (8 prompts)" and bv2.get_title() == "bv_blend n=2 (32 prompts)"
+    assert grpo.get_xscale() == "log" and grpo.xaxis.get_transform().base == 2
+    seeds = [c.get_offsets().tolist() for c in grpo.collections if isinstance(c, PathCollection)]
+    assert seeds == [[[1e-5, 0.5], [2e-5, 0.7], [4e-5, 0.6]], [[1e-5, 0.6], [2e-5, 0.8], [4e-5, 0.62]]]
+    mean, chosen = grpo.get_lines()
+    assert list(mean.get_xdata()) == [1e-5, 2e-5, 4e-5]
+    assert list(mean.get_ydata()) == pytest.approx([0.55, 0.75, 0.61])
+    assert list(chosen.get_xdata()) == [2e-5, 2e-5]
+    assert len(bv2.get_lines()) == 1  # its mean alone: it has not chosen
+    assert [c.get_offsets().tolist() for c in bv2.collections] == [[[2e-5, 0.4]]]
+    text = fvr.report_markdown(tmp_path / "out", regime, STEPS)
+    assert "![final held-out pass rate against the learning rate, per tuned arm](tuning.png)" in text
+    assert (tmp_path / "out" / "tuning.png").is_file()
+    assert fvr.tuning_figure({arm: fvr.tuning_state(arm, tmp_path / "none", STEPS) for arm in states}, STEPS) is None
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A git repository of three commits in a line: before the design, the design, after it."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    commits = []
+    for name in ("before", "design", "after"):
+        _git(repo, "commit", "-q", "--allow-empty", "-m", name)
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    return repo, commits
+
+
+def test_descent_is_read_by_git_and_unknown_where_git_cannot_say(history, tmp_path):
+    repo, (before, design, after) = history
+    assert fvr.descends(after, design, repo) is True and fvr.descends(design, design, repo) is True
+    assert fvr.descends(before, design, repo) is False
+    assert fvr.descends("f" * 40, design, repo) is None  # a commit this clone lacks
+    assert fvr.descends(None, design, repo) is None  # none recorded
+    assert fvr.descends(after, design, tmp_path) is None  # not a repository
+
+
+def test_a_resumed_runs_attempts_are_read_from_its_result():
+    result = {"commit": "a" * 40, "tree_clean": True, "started_utc": "2026-12-06T08:00:00+00:00", "cpu": "CPU: B",
+              "resumed_from_steps": [10], "attempt_commits": ["a" * 40, "b" * 40], "attempt_cpus": ["CPU: A", "CPU: B"]}
+    first, second = fvr.kept_attempts(result)
+    assert (first.commit, first.cpu, first.started_utc, first.from_step, first.tree_clean) == \
+        ("a" * 40, "CPU: A", "2026-12-06T08:00:00+00:00", 0, True)
+    assert (second.commit, second.cpu, second.started_utc, second.from_step, second.tree_clean) == \
+        ("b" * 40, "CPU: B", None, 10, True)  # clean throughout: each was; its start is not kept
+    dirty = fvr.kept_attempts(result | {"tree_clean": False})
+    assert [a.tree_clean for a in dirty] == [None, None]  # not all clean: which one was is not kept
+    alone = fvr.kept_attempts({"commit": "c" * 40, "tree_clean": False, "cpu": "CPU: A", "started_utc": "t"})
+    assert [(a.commit, a.tree_clean, a.from_step) for a in alone] == [("c" * 40, False, 0)]
+    read_after = fvr.kept_attempts({"commit": "c" * 40, "commit_read": "after the run", "cpu": "CPU: A"})
+    assert read_after[0].commit is None  # read after the run: not what it started at
+
+
+def test_runs_md_lists_every_fair_verdict_run_with_its_commits(history, tmp_path, monkeypatch):
+    repo, (before, design, after) = history
+    monkeypatch.setattr(fair_verdict, "DESIGN_COMMIT", design[:7])
+    monkeypatch.setattr(fair_verdict, "AMENDMENT_COMMITS", {"amendment 1": after[:7]})
+    regime = tmp_path / "regime"
+    folder = regime / campaign.TUNING / "grpo_n8" / "lr_1e-05"
+    for seed in (100, 101):
+        _save(folder, "grpo:8", seed, 1e-5, {0: 0.1, 10: 0.3, STEPS: 0.5})
+    _save(regime / campaign.COMMITTED, "grpo:8", 0, 2e-5, {0: 0.1, 10: 0.3, STEPS: 0.5})  # not the fair verdict's
+    replaced = {"attempts": [{"started_utc": "2026-12-06T07:00:00+00:00", "commit": before, "tree_clean": True,
+                              "cpu": "CPU: A", "from_step": 0}], "reached_step": 3}
+    records = {  # seed 100: its replaced first attempt ran at a commit before the design; seed 101 resumed, clean
+        100: {"commit": after, "tree_clean": True, "started_utc": "2026-12-06T08:00:00+00:00", "cpu": "CPU: A",
+              "replaced_attempts": [replaced], "ended_utc": "2026-12-06T09:00:00+00:00"},
+        101: {"commit": design, "tree_clean": True, "started_utc": "2026-12-06T10:00:00+00:00", "cpu": "CPU: B",
+              "resumed_from_steps": [10], "attempt_commits": [design, after], "attempt_cpus": ["CPU: A", "CPU: B"]}}
+    for seed, record in records.items():
+        path = folder / "runs" / f"grpo_n8_seed{seed}" / "result.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | record))
+    text = fvr.report_markdown(tmp_path / "out", regime, STEPS, repo=repo)
+    runs = (tmp_path / "out" / "runs.md").read_text()
+    row = {seed: _row(runs, f"| tuning | grpo n=8 (8 prompts) | 1e-05 | {seed} |") for seed in (100, 101)}
+    assert len([line for line in runs.splitlines() if line.startswith("| tuning |")]) == 2  # the committed one: not
+    assert f"1. `{after[:7]}`, clean tree, A, started 2026-12-06T08:00:00+00:00, from step 0" in row[100]
+    assert f"reached step 3: `{before[:7]}`, clean tree, A, started 2026-12-06T07:00:00+00:00, from step 0" in row[100]
+    assert "| 1.7 min (ended 2026-12-06T09:00:00+00:00) | no (all 20 steps) |" in row[100]  # wall_s 100
+    assert row[100].endswith("| **no** | **no** | no |")  # its first attempt, the replaced one, before the design
+    assert f"2. `{after[:7]}`, clean tree, B, started at a time not kept, from step 10" in row[101]
+    assert row[101].endswith("| yes | yes | no |")  # at the design, then after it; amendment 1 came after its start
+    assert ("first attempt started at a commit descending from the design "
+            f"(`{design[:7]}`): 1 of 2; **not**: `lr_tuning/grpo_n8/lr_1e-05/runs/grpo_n8_seed100`.") in text
+    assert "[runs.md](runs.md)" in text
+
+
+def test_the_fixture_runs_without_commits_are_unknown(state, tmp_path):
+    text = fvr.report_markdown(tmp_path / "out", state, STEPS)
+    runs = (tmp_path / "out" / "runs.md").read_text()
+    stages = [line.split(" | ")[0] for line in runs.splitlines() if line.startswith("| ") and "|---" not in line][1:]
+    # 6 + 1 tuning runs, 2 selection runs, 10 cold runs; none of the committed comparison's
+    assert stages == ["| tuning"] * 7 + ["| cold selection"] * 2 + ["| cold start"] * 10
+    assert "(tuning 7, cold selection 2, cold start 10)" in text
+    assert "commit not read at its start" in runs and "| unknown | unknown | unknown |" in runs

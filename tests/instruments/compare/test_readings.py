@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from instruments import rule
-from instruments.compare import readings
+from instruments.compare import pairing, readings
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "results" / "demo" / "main_job"
@@ -90,6 +90,87 @@ def test_at_equal_steps_reads_the_arm_at_the_references_final_step():
     assert got.interval.value == pytest.approx(np.mean([0.6 - 0.55, 0.7 - 0.6]))  # step 20, not its own last
     missing = readings.at_equal_steps({0: _result(0, {0: 0.1, 30: 0.9})}, reference)
     assert missing.interval is None and "no validation at the reference's final step" in missing.note
+
+
+# DAPO stopped at its budget (fair_verdict.md, amendment 1): GRPO n = 8 generates 64 rollouts a step, 1,280 by step
+# 20, its validations every 5 steps. DAPO (n = 8, batch 8) also draws ``extra`` groups a step beyond its batch, so it
+# generates 64 + 8 x extra a step and stops at the first step whose total reaches 1,280, validated there.
+BUDGET = 1280
+
+
+def _grpo(seed: int, validation: dict[int, float]) -> dict:
+    return _result(seed, validation) | {"settings": {"lr": "2e-05", "steps": "20"}}
+
+
+def _stopped(seed: int, extra: int, validation: dict[int, float]) -> dict:
+    step = max(validation)
+    per_step = 64 + 8 * extra
+    assert per_step * (step - 1) < BUDGET <= per_step * step  # the step the budget stop ends it at
+    return _result(seed, validation, arm="grpo_dynamic") | {
+        "settings": {"lr": "2e-05", "steps": "20", "stop_at_rollouts": str(BUDGET)},
+        "filter_groups": {"evicted_samples": {str(k): float(extra) for k in range(1, step + 1)}},
+        "stopped": {"reason": "rollout budget", "step": step, "rollouts": float(per_step * step),
+                    "stop_at_rollouts": BUDGET, "steps": 20}}
+
+
+@pytest.fixture
+def stopped_dapo() -> tuple[dict, dict]:
+    reference = {0: _grpo(0, {0: 0.0, 5: 0.1, 10: 0.2, 15: 0.3, 20: 0.4}),
+                 1: _grpo(1, {0: 0.0, 5: 0.1, 10: 0.15, 15: 0.25, 20: 0.35})}
+    # seed 0: 184 a step, 920 by step 5, 1,288 by step 7 (stops there); seed 1: 152 a step, 760 by 5, 1,368 by 9
+    arm = {0: _stopped(0, 15, {0: 0.0, 5: 0.1, 7: 0.2}), 1: _stopped(1, 11, {0: 0.0, 5: 0.05, 9: 0.25})}
+    return arm, reference
+
+
+def test_a_stopped_arm_is_read_at_the_references_final_rollouts(stopped_dapo):
+    """The rule's final of a run stopped at its budget: its own curve, on its own rollouts, read at GRPO's 1,280;
+    pairing on the validations both have (0 and 5) would read it at GRPO's step 5, a quarter of the budget."""
+    arm, reference = stopped_dapo
+    got = readings.rule_reading(arm, reference)
+    at_budget = [0.1 + (BUDGET - 920) / (1288 - 920) * (0.2 - 0.1),
+                 0.05 + (BUDGET - 760) / (1368 - 760) * (0.25 - 0.05)]
+    assert got.summary.finals == pytest.approx(at_budget)  # 0.1978, 0.2211
+    assert got.summary.difference.value == pytest.approx(np.mean([at_budget[0] - 0.4, at_budget[1] - 0.35]))
+    assert got.seeds == (0, 1) and got.verdict is None  # two seeds: no verdict
+    paired_runs = readings.pair(arm, reference)
+    assert paired_runs.x_reference.tolist() == [0, 320, 640, 960, 1280]  # the reference's validations' rollouts
+    # seed 0 at 960 rollouts: between its 920 (0.1) and 1,288 (0.2)
+    assert paired_runs.curves[0, 3] == pytest.approx(0.1 + 40 / 368 * 0.1)
+
+
+def test_a_stopped_run_short_of_the_budget_is_refused_not_extended(stopped_dapo):
+    arm, reference = stopped_dapo
+    short = json.loads(json.dumps(arm[0]))
+    short["filter_groups"]["evicted_samples"] = {str(k): 0.0 for k in range(1, 8)}  # 448 rollouts by its step 7
+    with pytest.raises(ValueError, match="cannot be read at that budget"):
+        readings.rule_reading({0: short}, reference)
+
+
+def test_arms_that_went_their_steps_pair_as_before():
+    arm = {s: _result(s, {0: 0.1, 10: 0.4, 20: 0.5 + 0.1 * s}, arm="bv_blend", n=2) for s in range(3)}
+    reference = {s: _result(s, {0: 0.1, 10: 0.3, 20: 0.45}) for s in range(3)}
+    ours, theirs = readings.pair(arm, reference), pairing.pair(arm, reference)
+    assert ours.curves.tolist() == theirs.curves.tolist() and ours.x_by_seed.tolist() == theirs.x_by_seed.tolist()
+
+
+def test_at_equal_steps_reads_a_stopped_run_at_the_step_it_reached(stopped_dapo):
+    """Its final validation minus GRPO's curve at that same step, linear between GRPO's validations: seed 0 at step 7
+    (GRPO 0.1 + 2/5 x 0.1 = 0.14), seed 1 at step 9 (0.1 + 4/5 x 0.05 = 0.14); GRPO's final would give -0.2, -0.1."""
+    arm, reference = stopped_dapo
+    got = readings.at_equal_steps(arm, reference)
+    assert got.at_steps == (7, 9) and got.seeds == (0, 1)
+    assert got.interval.value == pytest.approx(np.mean([0.2 - 0.14, 0.25 - 0.14]))
+    assert "seed 0: step 7, seed 1: step 9" in got.note
+    unvalidated = json.loads(json.dumps(arm[1]))
+    unvalidated["validation"].pop("9")  # its last validation is not at the step it stopped at
+    bad = readings.at_equal_steps({1: unvalidated}, reference)
+    assert bad.interval is None and "stopped at step 9, but its last validation is at step 5" in bad.note
+
+
+def test_the_final_is_the_last_validation_of_a_stopped_run(stopped_dapo):
+    arm, _ = stopped_dapo
+    assert readings.final(arm[0]) == pytest.approx(0.2) and readings.stopped_step(arm[0]) == 7
+    assert readings.stopped_step(_grpo(0, {0: 0.1, 20: 0.5})) is None
 
 
 def test_the_clock_sums_the_step_times_and_refuses_a_hole():
