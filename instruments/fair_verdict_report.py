@@ -515,7 +515,7 @@ def plot_curves(comparison: Comparison, out_png: Path) -> Path | None:
 
 def plot_budget_curves(comparison: Comparison, out_png: Path) -> Path:
     """The same two panels for a comparison with a run stopped at its rollout budget, every arm paired with GRPO n = 8
-    as the rule reads it (readings.pair): a stopped arm's curves are read at GRPO's validations' rollouts, up to the
+    as the rule reads it (pairing.pair): a stopped arm's curves are read at GRPO's validations' rollouts, up to the
     budget, and each of its seeds' last validation is marked where it was made (x); the right panel is each arm minus
     GRPO at GRPO's validations, up to the rollouts every seed of the arm has been validated at."""
     reference = _results(comparison.reference)
@@ -527,7 +527,7 @@ def plot_budget_curves(comparison: Comparison, out_png: Path) -> Path:
             x = np.mean([generated_rollouts(r, steps) for r in reference.values()], axis=0)
             curves = np.array([[r["validation"][str(k)] for k in steps] for r in reference.values()], dtype=float)
         else:
-            paired_runs = readings.pair(_results(runs), reference)
+            paired_runs = pairing.pair(_results(runs), reference)
             if paired_runs is None:
                 continue
             x, curves = paired_runs.x_by_seed.mean(0), paired_runs.curves

@@ -38,8 +38,8 @@ import pandas as pd
 
 from instruments import regime, rule, stats
 from instruments.compare import pairing
+from instruments.compare.pairing import stopped_step, validation_curve
 from instruments.run import report
-from instruments.run.run_logs import generated_rollouts
 
 Result = dict  # one run's result.json
 Reading = Callable[[Result], float]
@@ -51,14 +51,6 @@ HISTORY_MEAN, HISTORY_WEIGHT = "history_mean", "history_weight"  # what a histor
 
 
 # ------------------------------------------------------------------------------------------ one run's readings
-def validation_curve(result: Result) -> tuple[np.ndarray, np.ndarray]:
-    """A run's validations, by step ascending: (steps, held-out pass rates); a null (a rate that was not finite,
-    written as null in strict JSON) reads as nan."""
-    items = sorted((int(step), np.nan if value is None else float(value))
-                   for step, value in result["validation"].items())
-    return np.array([s for s, _ in items], dtype=int), np.array([v for _, v in items], dtype=float)
-
-
 def final(result: Result) -> float:
     """The validation at the run's last validated step: the rule's reading (a run stopped at its rollout budget has it
     at the step it stopped at, not at its settings' steps: never read ``validation[steps]``)."""
@@ -83,13 +75,6 @@ def auc(result: Result) -> float:
     if len(steps) < 2:
         raise ValueError(f"the run has {len(steps)} validation(s); an area needs two")
     return float(np.trapezoid(values, steps) / (steps[-1] - steps[0]))
-
-
-def stopped_step(result: Result) -> int | None:
-    """The step at which a run stopped once it had generated its rollout budget (its result's ``stopped`` record,
-    written by instruments/compare/runs.py); None for a run that trained all its steps."""
-    stopped = result.get("stopped")
-    return None if stopped is None else int(stopped["step"])
 
 
 READINGS: dict[str, Reading] = {"final": final, "last two": last_two_mean, "AUC": auc}
@@ -131,45 +116,10 @@ class RuleReading:
     verdict: str | None
 
 
-def pair(arm: Mapping[int, Result], reference: Mapping[int, Result]) -> pairing.Paired | None:
-    """``arm`` paired with ``reference`` by seed as the rule reads them: ``pairing.pair`` where every run of the arm
-    trained all its steps (the committed comparisons' reading, unchanged).
-
-    An arm whose runs stopped at their rollout budget (fair_verdict.md, amendment 1: DAPO in the cold start) has its
-    last validation at the step it stopped at, which differs between seeds and is not one of the reference's
-    validations (every 5 steps). ``pairing.pair`` pairs on the validations both have: it would drop that last point
-    and take the reference's last shared step (say 5 of 20) for its final, a reading at a fifth of the budget that
-    looks like the rule's. Here each seed's curve is placed on the rollouts it generated and read at the reference's
-    validations' rollouts, linear between its own validations (the interpolation regime.generated_arm_summary reads
-    the budget with), so that the rule's final is read at the reference's final rollouts, the budget, and the reach
-    on the same grid. Raises where a stopped run's last validation comes before the budget (it cannot be read there,
-    and a flat extension would make a number up); None where they share no seed or validation."""
-    seeds = sorted(set(arm) & set(reference))
-    if not any(stopped_step(arm[s]) is not None for s in seeds):
-        return pairing.pair(arm, reference)
-    steps = pairing.shared_steps([reference[s] for s in seeds])
-    if not steps:
-        return None
-    x_reference = np.mean([generated_rollouts(reference[s], steps) for s in seeds], axis=0)
-    curves = []
-    for s in seeds:
-        own_steps, values = validation_curve(arm[s])
-        x = generated_rollouts(arm[s], own_steps)
-        if x[-1] < x_reference[-1]:
-            raise ValueError(f"seed {s}: the arm's last validation (step {own_steps[-1]}) comes after {x[-1]:g} "
-                             f"generated rollouts, fewer than the reference's final {x_reference[-1]:g}: it cannot "
-                             "be read at that budget")
-        curves.append(np.interp(x_reference, x, values))
-    reference_curves = np.array([[np.nan if (v := reference[s]["validation"][str(k)]) is None else v for k in steps]
-                                 for s in seeds], dtype=float)
-    return pairing.Paired(seeds, np.array(curves), reference_curves, np.tile(x_reference, (len(seeds), 1)),
-                          x_reference, generated=True)
-
-
 def rule_reading(arm: Mapping[int, Result], reference: Mapping[int, Result]) -> RuleReading | None:
-    """The rule's reading through :func:`pair` (``pairing.pair``; an arm that drew beyond its batch, or stopped at its
+    """The rule's reading through ``pairing.pair`` (an arm that drew beyond its batch, or stopped at its
     budget, read at the reference's final generated rollouts); None where they share no seed or validation."""
-    paired_runs = pair(arm, reference)
+    paired_runs = pairing.pair(arm, reference)
     if paired_runs is None:
         return None
     summary = paired_runs.reading()
@@ -356,5 +306,5 @@ def seed_mean_by_step(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
 
 __all__ = ["PASS", "READINGS", "RULE_READING", "Difference", "RuleReading", "at_equal_steps", "at_equal_wall_time",
            "auc", "curve_at_time", "final", "group_shares", "has_history", "history_by_step", "last_two_mean",
-           "pair", "paired", "read_groups", "rule_reading", "seed_mean_by_step", "stopped_step", "training_clock",
+           "paired", "read_groups", "rule_reading", "seed_mean_by_step", "stopped_step", "training_clock",
            "validation_curve"]

@@ -132,7 +132,7 @@ def test_a_stopped_arm_is_read_at_the_references_final_rollouts(stopped_dapo):
     assert got.summary.finals == pytest.approx(at_budget)  # 0.1978, 0.2211
     assert got.summary.difference.value == pytest.approx(np.mean([at_budget[0] - 0.4, at_budget[1] - 0.35]))
     assert got.seeds == (0, 1) and got.verdict is None  # two seeds: no verdict
-    paired_runs = readings.pair(arm, reference)
+    paired_runs = pairing.pair(arm, reference)
     assert paired_runs.x_reference.tolist() == [0, 320, 640, 960, 1280]  # the reference's validations' rollouts
     # seed 0 at 960 rollouts: between its 920 (0.1) and 1,288 (0.2)
     assert paired_runs.curves[0, 3] == pytest.approx(0.1 + 40 / 368 * 0.1)
@@ -149,8 +149,9 @@ def test_a_stopped_run_short_of_the_budget_is_refused_not_extended(stopped_dapo)
 def test_arms_that_went_their_steps_pair_as_before():
     arm = {s: _result(s, {0: 0.1, 10: 0.4, 20: 0.5 + 0.1 * s}, arm="bv_blend", n=2) for s in range(3)}
     reference = {s: _result(s, {0: 0.1, 10: 0.3, 20: 0.45}) for s in range(3)}
-    ours, theirs = readings.pair(arm, reference), pairing.pair(arm, reference)
-    assert ours.curves.tolist() == theirs.curves.tolist() and ours.x_by_seed.tolist() == theirs.x_by_seed.tolist()
+    paired_runs = pairing.pair(arm, reference)  # no stop: the validations both have, on their own rollouts
+    assert paired_runs.curves.tolist() == [[0.1, 0.4, 0.5 + 0.1 * s] for s in range(3)]
+    assert paired_runs.reference.tolist() == [[0.1, 0.3, 0.45]] * 3 and not paired_runs.generated
 
 
 def test_at_equal_steps_reads_a_stopped_run_at_the_step_it_reached(stopped_dapo):
