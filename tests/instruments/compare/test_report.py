@@ -306,3 +306,24 @@ def test_report_writes_the_finished_runs_marked_partial_and_runs_nothing(tmp_pat
     script.main([arg for arg in args if arg != "--report"])  # the command itself, once every run has finished
     text = doc.read_text()
     assert "Partial results" not in text and "wall for this invocation" not in text  # it ran no verl run either
+
+
+def test_runs_stopped_at_their_budget_are_read_at_the_references_final_rollouts(tmp_path):
+    """Two DAPO seeds stopped at a 640-rollout budget (4 groups of 8 dropped a step: 64 a step): seed 0 at step 10,
+    seed 1 at step 12. The differences table reads each at the reference's final 640 rollouts, their step 10 (0.5 and
+    0.7 against 0.5 and 0.6: +0.05), not at the reference's step 10, the last validation all share (320 rollouts: 0.4
+    and 0.3 against 0.4 and 0.4: -0.05); the curves hold at each step only the seeds validated there, on their own
+    rollouts."""
+    ref = [_result("grpo", 8, 0, 0, curve={0: 0.2, 10: 0.4, 20: 0.5}),
+           _result("grpo", 8, 1, 0, curve={0: 0.2, 10: 0.4, 20: 0.6})]
+    dynamic = [_result("grpo_dynamic", 8, 0, 0, curve={0: 0.2, 5: 0.4, 10: 0.5}),
+               _result("grpo_dynamic", 8, 1, 0, curve={0: 0.2, 5: 0.3, 10: 0.7, 12: 0.8})]
+    for run, stop in zip(dynamic, (10, 12), strict=True):
+        run["filter_groups"] = {"evicted_samples": {str(step): 4.0 for step in range(1, stop + 1)}}
+        run["stopped"] = {"reason": "rollout budget", "step": stop, "rollouts": 64 * stop, "stop_at_rollouts": 640,
+                          "steps": 20}
+    row = compare_report.paired_differences(ref + dynamic).loc["grpo_dynamic n=8 (4 prompts)"]
+    assert row["minus grpo n=8 (4 prompts) (final)"].startswith("+0.050 ± ")
+    curve = compare_report.curves(dynamic).set_index("step")
+    assert curve.loc[12, "seeds"] == 1 and curve.loc[12, "mean"] == pytest.approx(0.8)
+    assert curve.loc[12, "rollouts"] == 768.0 and curve.loc[10, "rollouts"] == 640.0 and curve.loc[10, "seeds"] == 2
