@@ -660,19 +660,22 @@ class Attempt:
 def kept_attempts(result: dict) -> list[Attempt]:
     """The attempts that made a run's result, read from its ``result.json``: the state keeps no ``attempts.json``
     (instruments/compare/state.py), and the result holds what the runner copied from it (instruments/compare/runs.py):
-    the first attempt's commit and start, each attempt's commit and CPU and the steps the later ones resumed from.
-    A later attempt's start is not kept. ``tree_clean`` is kept for all the attempts together: where it is true,
-    each attempt's tree was clean; where false with several attempts, which one was dirty is not kept."""
+    the first attempt's commit and start, each attempt's commit and CPU and the steps the later ones resumed from,
+    and, in a result made since each attempt's own start and clean tree are kept (``attempt_started_utc``,
+    ``attempt_tree_clean``), those too. In an older result a later attempt's start is not kept, and ``tree_clean``
+    is kept for all the attempts together: where it is true, each attempt's tree was clean; where false with several
+    attempts, which one was dirty is not kept."""
     resumed = [int(step) for step in result.get("resumed_from_steps", [])]
     read_at_start = "commit_read" not in result  # runs.commit_record: a commit read after the run is not the start's
     commits = result.get("attempt_commits", [result.get("commit")])
     commits = [c if read_at_start and c and c != UNKNOWN else None for c in commits]
     cpus = result.get("attempt_cpus", [result.get("cpu")])
     together = result.get("tree_clean")
-    clean = together if together is True or len(commits) == 1 else None
-    starts = [result.get("started_utc"), *[None] * len(resumed)]
-    return [Attempt(commit, clean, cpu, start, step) for commit, cpu, start, step in
-            zip(commits, cpus, starts, [0, *resumed], strict=True)]
+    cleans = result.get("attempt_tree_clean",
+                        [together if together is True or len(commits) == 1 else None] * len(commits))
+    starts = result.get("attempt_started_utc", [result.get("started_utc"), *[None] * len(resumed)])
+    return [Attempt(commit, clean, cpu, start, step) for commit, clean, cpu, start, step in
+            zip(commits, cleans, cpus, starts, [0, *resumed], strict=True)]
 
 
 def replaced_attempts(result: dict) -> list[tuple[int, list[Attempt]]]:

@@ -268,6 +268,9 @@ def run_one(s: RunSettings, prepared: Prepared, out: Path, spec: RunSpec, key: d
         result["resumed_from_steps"] = resumed_from
         result["attempt_cpus"] = [a.get("cpu", "unknown") for a in attempts]
         result["attempt_commits"] = [a.get("commit", "unknown") for a in attempts]
+        # each attempt's own start and clean tree: the first's alone would hide a resumed attempt's dirty tree
+        result["attempt_started_utc"] = [a.get("started_utc") for a in attempts]
+        result["attempt_tree_clean"] = [a.get("tree_clean") for a in attempts]
     if spec.reads_priors:  # which file it read: the preparation's priors, made once (their hash ties them)
         result["priors_sha256"] = file_sha256(prepared.priors)
     save_result(out, spec, result)

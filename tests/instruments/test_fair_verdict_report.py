@@ -280,6 +280,9 @@ def test_a_resumed_runs_attempts_are_read_from_its_result():
     assert [(a.commit, a.tree_clean, a.from_step) for a in alone] == [("c" * 40, False, 0)]
     read_after = fvr.kept_attempts({"commit": "c" * 40, "commit_read": "after the run", "cpu": "CPU: A"})
     assert read_after[0].commit is None  # read after the run: not what it started at
+    each = fvr.kept_attempts(result | {"tree_clean": False, "attempt_tree_clean": [True, False],
+                                       "attempt_started_utc": ["t0", "t1"]})
+    assert [(a.tree_clean, a.started_utc) for a in each] == [(True, "t0"), (False, "t1")]  # kept per attempt
 
 
 def test_runs_md_lists_every_fair_verdict_run_with_its_commits(history, tmp_path, monkeypatch):

@@ -257,6 +257,10 @@ def test_an_interrupted_run_resumes_from_its_latest_logged_checkpoint_and_reads_
         (True, None), (False, folder / "checkpoints" / "global_step_2")]
     assert result["resumed_from_steps"] == [2] and result["attempt_cpus"] == [result["cpu"]] * 2
     assert result["attempt_commits"] == [result["commit"]] * 2
+    attempts = compare_runs.resume.read_attempts(folder)
+    assert result["attempt_started_utc"] == [a["started_utc"] for a in attempts]
+    assert result["attempt_started_utc"][0] == result["started_utc"] and len(result["attempt_started_utc"]) == 2
+    assert result["attempt_tree_clean"] == [a["tree_clean"] for a in attempts]
     assert (folder / "metrics.part1.jsonl").is_file() and (folder / "verl.part1.log").read_text() == "attempt 1\n"
     assert not (folder / "checkpoints").exists(), "a finished run keeps its ~1.6 GB checkpoints"
     assert len(compare_runs.resume.read_attempts(folder)) == 2
