@@ -118,6 +118,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             if a.reference not in a.arm_sizes:
                 raise ValueError(f"--reference {a.reference[0]}:{a.reference[1]} is not one of --arms")
         if a.regime_summary is not None:
+            if a.stop_at_rollouts is not None:  # the regime's summary reads every run at its settings' last step
+                raise ValueError("--regime-summary reads every run at its last step; a run stopped by "
+                                 "--stop-at-rollouts has none there: drop one of them (scripts/fair_verdict_report.py "
+                                 "reads stopped runs)")
             no_revisit.check_regime(a.arm_sizes, a.specs, a.steps, a.pool, a.distinct_train)
     except ValueError as e:
         p.error(str(e))

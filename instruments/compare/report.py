@@ -339,8 +339,12 @@ def generated_note(generated: Sequence[Sequence[dict]], results: Sequence[dict],
     parts = []
     for runs in generated:
         steps = last(runs[0])
+        stopped = any(pairing.stopped_step(r) is not None for r in runs)
+        steps_mean = np.mean([last(r) for r in runs])
         spent = np.mean([generated_rollouts(r, [last(r)])[0] for r in runs])
-        parts.append(f"{_label_of(runs)} generated {spent:,.0f} rollouts in its {steps} steps (mean over seeds: its "
+        by = (f"by the step it stopped at, its rollout budget reached (mean step {steps_mean:g})" if stopped
+              else f"in its {steps} steps")
+        parts.append(f"{_label_of(runs)} generated {spent:,.0f} rollouts {by} (mean over seeds: its "
                      f"batch, plus {runs[0]['spec']['n']} for each group verl's dynamic sampling dropped), so its row "
                      f"is read at the reference's final {budget:,.0f} rollouts on its own curve, linearly between its "
                      "validations; its 'val after' above is its last step's, and its all-equal % and signal ratio "

@@ -327,3 +327,6 @@ def test_runs_stopped_at_their_budget_are_read_at_the_references_final_rollouts(
     curve = compare_report.curves(dynamic).set_index("step")
     assert curve.loc[12, "seeds"] == 1 and curve.loc[12, "mean"] == pytest.approx(0.8)
     assert curve.loc[12, "rollouts"] == 768.0 and curve.loc[10, "rollouts"] == 640.0 and curve.loc[10, "seeds"] == 2
+    text = compare_report.results_markdown(ref + dynamic, "cmd", "CPU: test", "x.png", None, {}, "today")
+    assert ("grpo_dynamic n=8 (4 prompts) generated 704 rollouts by the step it stopped at, its rollout budget "
+            "reached (mean step 11)") in text

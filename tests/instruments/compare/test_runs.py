@@ -622,6 +622,10 @@ def test_the_script_passes_its_budget_to_every_run(tmp_path):
     assert s.stop_at_rollouts == 1280 and compare_runs.settings_key(s)["stop_at_rollouts"] == "1280"
     with pytest.raises(SystemExit):
         script.parse_args([*argv, "--stop-at-rollouts", "0"])
+    regime = [*argv, "--distinct-train", "--regime-summary", str(tmp_path / "regime")]
+    assert script.parse_args(regime).stop_at_rollouts is None
+    with pytest.raises(SystemExit):  # the regime's summary reads every run at its settings' last step
+        script.parse_args([*regime, "--stop-at-rollouts", "1280"])
 
 
 def test_the_budgets_environment_reaches_the_trainer_only_where_there_is_one(tmp_path):
