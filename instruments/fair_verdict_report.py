@@ -864,8 +864,9 @@ ratio's bootstrap. The readings are computed by `instruments/compare/readings.py
 """
 
 
-def campaign_lines(regime: Path) -> list[str]:
-    """What the campaign still needs, as the runner (scripts/fair_verdict.py) reads the same state."""
+def campaign_lines(regime: Path, finished: Sequence[Run] = ()) -> list[str]:
+    """What the campaign still needs, as the runner (scripts/fair_verdict.py) reads the same state, and the time
+    that takes at the wall time of the ``finished`` runs (one run at a time: one fills this machine's memory)."""
     try:
         plan = campaign.plan(regime)
     except ValueError as e:
@@ -875,6 +876,12 @@ def campaign_lines(regime: Path) -> list[str]:
     lines = [f"About {plan.estimated} runs are still needed in all; {len(plan.runs)} of them are decided now "
              f"(`python scripts/fair_verdict.py --next` lists them in order)"
              + (f", the next: {plan.runs[0].describe()}." if plan.runs else ".")]
+    walls = [float(run.result["wall_s"]) / 60 for run in finished if run.result.get("wall_s") is not None]
+    if walls:
+        cpus = sorted({str(run.result.get("cpu", "CPU not kept")).removeprefix("CPU: ") for run in finished})
+        lines[-1] += (f" At the {len(walls)} finished run{'s' if len(walls) > 1 else ''}' mean wall time, "
+                      f"{np.mean(walls):.0f} min ({', '.join(cpus)}), that is about "
+                      f"{plan.estimated * np.mean(walls) / 60:.0f} hours of one machine.")
     if plan.waiting:
         lines += ["", "Not decided yet, and what each waits for:", "", *(f"- {item}" for item in plan.waiting)]
     if plan.notes:
@@ -893,7 +900,8 @@ def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: in
     at_grpo = committed_comparison(regime / campaign.COMMITTED)
     at_own = own_rate_comparison(states, regime / campaign.OWN_LR, regime / campaign.COMMITTED)
     cold = cold_arms_comparison(regime / campaign.COLD_ARMS_STATE)
-    lines = [INTRO, "## What is still to run", "", *campaign_lines(regime),
+    rows = provenance(regime, repo)
+    lines = [INTRO, "## What is still to run", "", *campaign_lines(regime, [row.run for row in rows]),
              "## 1. Tuning: each core arm's own learning rate", "",
              "The procedure (`instruments/tuning.py`, fair_verdict.md section 2) runs each arm at the pretrained-LM "
              f"comparison's settings ({steps} steps of 64 rollouts, the wide task) on tuning seeds 100 and 101, which "
@@ -951,7 +959,6 @@ def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: in
             lines += ["![held-out curves in the cold start](curves_cold_start.png)", ""]
         # the readings beside the rule's (fair_verdict.md, section 4), DAPO's three ways at the budget it stopped at
         lines += ["### 4.3. The readings beside the rule's in the cold start", "", *readings_lines(cold)]
-    rows = provenance(regime, repo)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RUNS_MD).write_text(runs_markdown(rows))
     lines += ["## 5. Where every run came from", "", *provenance_lines(rows)]

@@ -327,3 +327,20 @@ def test_the_fixture_runs_without_commits_are_unknown(state, tmp_path):
     assert stages == ["| tuning"] * 7 + ["| cold selection"] * 2 + ["| cold start"] * 10
     assert "(tuning 7, cold selection 2, cold start 10)" in text
     assert "commit not read at its start" in runs and "| unknown | unknown | unknown |" in runs
+
+
+def test_what_is_left_is_timed_at_the_finished_runs_mean_wall(tmp_path):
+    """Two finished tuning runs of 30 and 40 min: the rest, however many the plan counts, at 35 min each."""
+    regime = tmp_path / "regime"
+    for lr, wall in ((1e-5, 1800.0), (2e-5, 2400.0)):
+        _save(regime / campaign.TUNING / "grpo_n8" / fair_verdict.lr_folder(lr), "grpo:8", 100, lr,
+              {0: 0.1, 10: 0.3, STEPS: 0.5})
+        path = regime / campaign.TUNING / "grpo_n8" / fair_verdict.lr_folder(lr) / "runs" / "grpo_n8_seed100"
+        result = json.loads((path / "result.json").read_text())
+        (path / "result.json").write_text(json.dumps(result | {"wall_s": wall}))
+    finished = [run for folder in sorted((regime / campaign.TUNING / "grpo_n8").iterdir())
+                for run in fvr.load_runs(folder)]
+    left = campaign.plan(regime).estimated
+    text = "\n".join(fvr.campaign_lines(regime, finished))
+    assert f"At the 2 finished runs' mean wall time, 35 min (cpu A), that is about {left * 35 / 60:.0f} hours" in text
+    assert "mean wall time" not in "\n".join(fvr.campaign_lines(regime))
