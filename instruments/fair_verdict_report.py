@@ -778,9 +778,10 @@ def runs_markdown(rows: Sequence[Provenance]) -> str:
              "run under `results/regime/` `lr_tuning/`, `own_lr/` and `cold_start/`, read from its `result.json` "
              "(the state keeps no `attempts.json`: each run's result holds what the runner copied from it, "
              "`instruments/compare/runs.py`). Attempts: the ones that made the result, in order: the commit each "
-             "started at (read as it started), whether its tree was clean (kept for all the attempts together: a "
-             "resumed run whose tree was not clean throughout says \"not kept\"), its CPU, its start (kept for the "
-             "first only) and the step it started from. Replaced attempts: those a fresh start replaced because they "
+             "started at (read as it started), whether its tree was clean, its CPU, its start and the step it "
+             "started from (a resumed run's result keeps each attempt's own start and clean tree; an older one kept "
+             "the first's start only, and one clean-tree flag for all its attempts: where that flag is false, it "
+             "says \"not kept\"). Replaced attempts: those a fresh start replaced because they "
              "left no usable checkpoint, with the step they had reached. Wall time: the kept attempts' verl time.", "",
              f"The commit checks: whether the run's first attempt (a replaced one, where there is one) started at a "
              f"commit that is the design's (`{design}`, [fair_verdict.md](../fair_verdict.md)) or descends from it; "
