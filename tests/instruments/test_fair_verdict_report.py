@@ -149,6 +149,10 @@ def test_the_script_reads_the_committed_comparison(tmp_path):
                            capture_output=True).returncode == 0 if shutil.which("git") else False
     assert row.endswith("| yes | yes | no |" if known else "| unknown | unknown | unknown |")
     assert (tmp_path / "tuning.png").is_file() and "](tuning.png)" in text
+    # the committed report's readings at GRPO's rate (what the README quotes) are what the code makes of the runs
+    section = lambda t: t[t.index("### 3.1."):t.index("### 3.2.")]  # noqa: E731
+    assert section((fair_verdict.REPORT / "report.md").read_text()) == section(text), \
+        "results/fair_verdict/report.md is stale: python scripts/fair_verdict_report.py rewrites it"
 
 
 # ------------------------------------------------------------------------------- DAPO stopped at its budget
