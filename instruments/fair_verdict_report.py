@@ -32,13 +32,12 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from instruments import campaign, cold_start, fair_verdict, rule, stats, tuning  # noqa: E402
-from instruments.compare import pairing, readings  # noqa: E402
+from instruments.compare import readings  # noqa: E402
 from instruments.compare import report as compare_report  # noqa: E402
 from instruments.compare.arms import arm_label  # noqa: E402
 from instruments.compare.runs import RESULT_FILE  # noqa: E402
 from instruments.run import report as run_report  # noqa: E402
 from instruments.run.resume import METRICS  # noqa: E402
-from instruments.run.run_logs import generated_rollouts  # noqa: E402
 from instruments.run.verl_run import GROUPS_FILE  # noqa: E402
 
 DYNAMIC = "grpo_dynamic:8"  # DAPO's dynamic sampling: read three ways
@@ -501,66 +500,13 @@ def plot_mechanisms(comparison: Comparison, out_png: Path) -> Path | None:
 
 
 def plot_curves(comparison: Comparison, out_png: Path) -> Path | None:
-    """The held-out curves per arm over the rollouts each generated (mean, 95% band over seeds) beside each arm's
-    paired difference to GRPO n = 8: the comparison report's own plot (compare/report.py), or, where a run stopped
-    at its rollout budget, :func:`plot_budget_curves` (the comparison report pairs on shared validations, which a
-    stopped run's last one is not)."""
+    """The held-out curves per arm over the rollouts each generated (mean, 95% band over the seeds validated at each
+    step) beside each arm's paired difference to GRPO n = 8: the comparison report's own plot (compare/report.py),
+    which reads an arm stopped at its rollout budget as the rule does (pairing.pair)."""
     results = [run.result for runs in comparison.arms.values() for run in runs.values()]
     if not results:
         return None
-    if any(readings.stopped_step(r) is not None for r in results) and comparison.reference is not None:
-        return plot_budget_curves(comparison, out_png)
     return compare_report.plot_comparison(results, out_png, reference=("grpo", 8))
-
-
-def plot_budget_curves(comparison: Comparison, out_png: Path) -> Path:
-    """The same two panels for a comparison with a run stopped at its rollout budget, every arm paired with GRPO n = 8
-    as the rule reads it (pairing.pair): a stopped arm's curves are read at GRPO's validations' rollouts, up to the
-    budget, and each of its seeds' last validation is marked where it was made (x); the right panel is each arm minus
-    GRPO at GRPO's validations, up to the rollouts every seed of the arm has been validated at."""
-    reference = _results(comparison.reference)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    for i, (arm, runs) in enumerate(comparison.arms.items()):
-        color, label = f"C{i % 10}", _label(arm)
-        if arm == fair_verdict.REFERENCE:
-            steps = pairing.shared_steps(list(reference.values()))
-            x = np.mean([generated_rollouts(r, steps) for r in reference.values()], axis=0)
-            curves = np.array([[r["validation"][str(k)] for k in steps] for r in reference.values()], dtype=float)
-        else:
-            paired_runs = pairing.pair(_results(runs), reference)
-            if paired_runs is None:
-                continue
-            x, curves = paired_runs.x_by_seed.mean(0), paired_runs.curves
-            shared = paired_runs.x_reference <= paired_runs.x_by_seed[:, -1].min()
-            diff = np.array([np.interp(paired_runs.x_reference[shared], xs, curve) for xs, curve in
-                             zip(paired_runs.x_by_seed, paired_runs.curves, strict=True)]) - \
-                paired_runs.reference[:, shared]
-            mean, low, high = stats.band(diff)
-            axes[1].plot(paired_runs.x_reference[shared], mean, marker="o", color=color, label=label)
-            axes[1].fill_between(paired_runs.x_reference[shared], low, high, color=color, alpha=0.15)
-        mean, low, high = stats.band(curves)
-        axes[0].plot(x, mean, marker="o", color=color, label=label)
-        axes[0].fill_between(x, low, high, color=color, alpha=0.15)
-        stops = [run.result for run in runs.values() if readings.stopped_step(run.result) is not None]
-        if stops:  # where each stopped seed made its last validation: at or past the budget
-            ends = [(generated_rollouts(r, readings.validation_curve(r)[0])[-1], readings.final(r))
-                    for r in stops]
-            axes[0].scatter(*zip(*ends, strict=True), marker="x", color=color, zorder=3,
-                            label=f"{label}: each stopped seed's last validation")
-    axes[0].set_title("held-out pass rate (band: 95% t-interval over seeds)")
-    axes[0].set_ylim(-0.02, 1.02)
-    axes[1].set_title(f"minus {_label(fair_verdict.REFERENCE)}, paired by seed, at equal rollouts (95% CI)")
-    axes[1].axhline(0.0, color="black", linewidth=0.8)
-    for ax in axes:
-        ax.set_xlabel("rollouts generated")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
-    return out_png
 
 
 # ------------------------------------------------------------------------------------------------ cold start
