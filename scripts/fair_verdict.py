@@ -11,7 +11,7 @@ the cold start's selection at GRPO's rate (20 steps, 40 only if 20 fails: instru
 n = 1's tuning, then BV-Blend n = 2's; the judged runs at each arm's own rate (seeds 0-4; a rate of 2e-5 reuses the
 committed comparison's runs); the cold start's six arms, seed-major, if the selection accepted a task; last, the
 first cut, BV-Blend n = 8's tuning and judged runs. Each run is one scripts/compare_cpu.py comparison of one arm at
-one seed (one SmolLM2 run: about 45 min and 13-16 GiB on the 2-core machine, so never two at once).
+one seed (one SmolLM2 run: 26-37 min and 13-16 GiB on the 2-core AVX-512 EPYC in fp32, so never two at once).
 
 Resuming: the state in results/regime/ decides what is done. On start, the repository's state is restored into
 --out (results, metrics, preparations), so a new machine goes on where the last stopped; on the same machine an
