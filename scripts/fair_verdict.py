@@ -5,6 +5,7 @@ saving each finished run's state into the repository (scripts/run_state.py) as s
     python scripts/fair_verdict.py                  # run every remaining run, in order (resumes; Ctrl-C stops it)
     python scripts/fair_verdict.py --next           # run nothing: print the next runs, what waits and on what
     python scripts/fair_verdict.py --max-runs 2     # at most two runs this time (a session's share)
+    python scripts/fair_verdict.py --stop-after-current   # asks the runner at work on --out to stop between runs
 
 The order (instruments/campaign.py, from the plan in instruments/fair_verdict.py): GRPO n = 8's learning-rate tuning;
 the cold start's selection at GRPO's rate (20 steps, 40 only if 20 fails: instruments/cold_start.py); REINFORCE++
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="where their state is kept, in the repository (results/regime)")
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (a session's share)")
     p.add_argument("--next", action="store_true", help="run nothing: print the next runs, in order")
+    p.add_argument("--stop-after-current", action="store_true",
+                   help="run nothing: ask the runner at work on --out to stop once its current run is finished and "
+                        "saved (nothing is lost; the same command as before goes on)")
     a = p.parse_args(argv)
     if a.max_runs is not None and a.max_runs < 0:
         p.error("--max-runs must be >= 0")
@@ -75,10 +79,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def stop_request(out: Path) -> Path:
+    """The file that asks the runner at work on ``out`` to stop between runs (Ctrl-C would stop the run itself)."""
+    return out / "fair_verdict.stop"
+
+
 def work(a: argparse.Namespace, again: str) -> int:
     if a.next:
         print("\n".join(campaign.describe(campaign.plan(a.state), a.out, a.state)))
         return 0
+    if a.stop_after_current:
+        a.out.mkdir(parents=True, exist_ok=True)
+        stop_request(a.out).touch()
+        print(f"[fair verdict] asked the runner on {a.out} to stop once its current run is saved "
+              f"({stop_request(a.out)}; a runner started later clears it)")
+        return 0
+    stop_request(a.out).unlink(missing_ok=True)  # a request left from a runner that had already stopped
     for folder in campaign.STATE_FOLDERS:  # a new machine goes on from the repository's state
         if (a.state / folder).is_dir():
             state("restore", a.out, a.state, folder)
@@ -97,9 +113,11 @@ def work(a: argparse.Namespace, again: str) -> int:
                 print(f"[fair verdict] {run.describe()} finished, but {run.result(a.state)} is not there: see "
                       f"{a.out / run.folder}", file=sys.stderr)
                 return 1
-            if a.max_runs is not None and done >= a.max_runs:
-                print(f"[fair verdict] {done} run(s) done; next: {run.describe()} (about {plan.estimated} still "
-                      "needed): python scripts/fair_verdict.py goes on")
+            asked = stop_request(a.out).is_file()
+            if asked or (a.max_runs is not None and done >= a.max_runs):
+                stop_request(a.out).unlink(missing_ok=True)
+                print(f"[fair verdict] {done} run(s) done{', stopped as asked' if asked else ''}; next: "
+                      f"{run.describe()} (about {plan.estimated} still needed): {again} goes on")
                 return 0
             bar.set_postfix_str(run.describe())
             code = subprocess.call(run.command(a.out))

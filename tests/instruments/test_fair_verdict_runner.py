@@ -28,12 +28,14 @@ class FakeProcesses:
     def __init__(self, out: Path, state: Path, fail: int | None = None, lose: bool = False):
         self.out, self.state, self.fail, self.lose = out, state, fail, lose
         self.calls: list[tuple[str, ...]] = []
+        self.during_compare = lambda count: None  # what happens meanwhile, by the compare call's number
 
     def call(self, command: list[str]) -> int:
         assert command[1].endswith("scripts/compare_cpu.py")
         arm, seed, lr = _value(command, "--arms"), int(_value(command, "--seeds")), float(_value(command, "--lr"))
         steps = int(_value(command, "--steps"))
         self.calls.append(("compare", arm, f"{lr:g}", str(seed), str(steps)))
+        self.during_compare(len([c for c in self.calls if c[0] == "compare"]))
         if self.fail is not None and len([c for c in self.calls if c[0] == "compare"]) == self.fail:
             return 1
         if not self.lose:
@@ -55,11 +57,15 @@ def runner(monkeypatch, tmp_path):
     script = load_script("fair_verdict")
     monkeypatch.setattr(campaign, "committed_file", lambda path: "abc1234")
 
-    def start(*args: str, **fake) -> tuple[int, FakeProcesses]:
+    def start(*args: str, during_compare=None, **fake) -> tuple[int, FakeProcesses]:
         processes = FakeProcesses(tmp_path / "out", tmp_path / "state", **fake)
+        if during_compare is not None:
+            processes.during_compare = during_compare
         monkeypatch.setattr(script, "subprocess", types.SimpleNamespace(call=processes.call, run=processes.run))
         code = script.main(["--out", str(tmp_path / "out"), "--state", str(tmp_path / "state"), *args])
         return code, processes
+
+    start.script = script
 
     return start
 
@@ -85,6 +91,30 @@ def test_the_runs_go_in_order_each_saved_as_it_finishes_and_max_runs_stops(runne
     code, processes = runner("--max-runs", "1")
     assert processes.calls[0] == ("state", "restore", "lr_tuning")
     assert [c for c in processes.calls if c[0] == "compare"] == [("compare", "grpo:8", "4e-05", "100", "20")]
+
+
+def test_stop_after_current_stops_the_runner_between_runs_with_its_run_saved(runner, tmp_path, capsys):
+    def ask_during_the_second(count: int) -> None:
+        if count == 2:  # another shell, while the runner's second run is at work
+            assert runner.script.main(["--out", str(tmp_path / "out"), "--stop-after-current"]) == 0
+
+    code, processes = runner(during_compare=ask_during_the_second)
+    assert code == 0
+    compare = [c for c in processes.calls if c[0] == "compare"]
+    assert [c[2] for c in compare] == ["1e-05", "2e-05"]
+    assert processes.calls[-1] == ("state", "save", f"lr_tuning/grpo_n8/{lr_folder(2e-5)}")  # saved, then stopped
+    out = capsys.readouterr().out
+    assert "2 run(s) done, stopped as asked; next: tuning: grpo:8 lr 4e-05 seed 100" in out
+    assert not (tmp_path / "out" / "fair_verdict.stop").exists()  # asked once: the next start runs on
+    code, processes = runner("--max-runs", "1")
+    assert [c for c in processes.calls if c[0] == "compare"] == [("compare", "grpo:8", "4e-05", "100", "20")]
+
+
+def test_a_stop_asked_of_no_runner_does_not_stop_the_next_one(runner, tmp_path):
+    assert runner.script.main(["--out", str(tmp_path / "out"), "--stop-after-current"]) == 0
+    assert (tmp_path / "out" / "fair_verdict.stop").is_file()
+    code, processes = runner("--max-runs", "1")
+    assert code == 0 and [c[2] for c in processes.calls if c[0] == "compare"] == ["1e-05"]
 
 
 def test_a_finished_tuning_writes_its_choice_and_the_selection_follows(runner, tmp_path):
