@@ -35,8 +35,9 @@ class FakeProcesses:
         arm, seed, lr = _value(command, "--arms"), int(_value(command, "--seeds")), float(_value(command, "--lr"))
         steps = int(_value(command, "--steps"))
         self.calls.append(("compare", arm, f"{lr:g}", str(seed), str(steps)))
-        self.during_compare(len([c for c in self.calls if c[0] == "compare"]))
-        if self.fail is not None and len([c for c in self.calls if c[0] == "compare"]) == self.fail:
+        count = len([c for c in self.calls if c[0] == "compare"])
+        self.during_compare(count)
+        if self.fail is not None and count == self.fail:
             return 1
         if not self.lose:
             folder = Path(_value(command, "--out")).relative_to(self.out)
@@ -105,14 +106,14 @@ def test_stop_after_current_stops_the_runner_between_runs_with_its_run_saved(run
     assert processes.calls[-1] == ("state", "save", f"lr_tuning/grpo_n8/{lr_folder(2e-5)}")  # saved, then stopped
     out = capsys.readouterr().out
     assert "2 run(s) done, stopped as asked; next: tuning: grpo:8 lr 4e-05 seed 100" in out
-    assert not (tmp_path / "out" / "fair_verdict.stop").exists()  # asked once: the next start runs on
+    assert not runner.script.stop_request(tmp_path / "out").exists()  # asked once: the next start runs on
     code, processes = runner("--max-runs", "1")
     assert [c for c in processes.calls if c[0] == "compare"] == [("compare", "grpo:8", "4e-05", "100", "20")]
 
 
 def test_a_stop_asked_of_no_runner_does_not_stop_the_next_one(runner, tmp_path):
     assert runner.script.main(["--out", str(tmp_path / "out"), "--stop-after-current"]) == 0
-    assert (tmp_path / "out" / "fair_verdict.stop").is_file()
+    assert runner.script.stop_request(tmp_path / "out").is_file()
     code, processes = runner("--max-runs", "1")
     assert code == 0 and [c[2] for c in processes.calls if c[0] == "compare"] == ["1e-05"]
 
