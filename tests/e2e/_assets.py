@@ -22,7 +22,7 @@ K = 4
 # 300 steps left the history run's prompts at pass rates 0-0.29 (T = 1): a batch of 8 groups of 4 then had no mixed
 # group (step 1 made no update, and the weight-sync check could not tell) in about 4% of launches, and up to 53% for
 # the unluckiest draw. At 600 the rates are mostly 0.4-0.8 (the big sums stay near 0, so all-wrong groups remain): under
-# 1% for any draw (measured with transformers' sampling, 200 draws a prompt).
+# 1% for any draw (measured with transformers' sampling, 200 draws a prompt: python -m tests.e2e.probe_warmup).
 WARMUP_STEPS = 600
 
 
@@ -55,13 +55,13 @@ def _codebook(task: tuple[Path, Path], out_dir: Path, num_clusters: int) -> tupl
     return overrides, list(built.annotated_paths)
 
 
-def build_cpu_assets(work: Path) -> CpuAssets:
+def build_cpu_assets(work: Path, warmup_steps: int = WARMUP_STEPS) -> CpuAssets:
     task = write_task(work / "task", n_train=128, n_val=16, seed=0)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     tokenizer = tiny.build_tokenizer(tiny.TinyModelSpec.vocab)
     model = tiny.build_model(tiny.TinyModelSpec(), tokenizer)
-    supervised_warmup(model, tokenizer, WARMUP_STEPS, batch_size=32, lr=1e-3, seed=0)
+    supervised_warmup(model, tokenizer, warmup_steps, batch_size=32, lr=1e-3, seed=0)
     tiny.save(model, tokenizer, work / "model")
     codebook, annotated = _codebook(task, work / "clusters", K)
     question_to_cluster = {}
