@@ -22,6 +22,10 @@ with the pretrained-LM comparison's settings (SmolLM2 in fp32, 64 rollouts a ste
 of 64 x steps distinct problems: the n = 1 arms draw 64 a step, none twice; DAPO, stopped at 64 x steps generated
 rollouts, draws about one eighth of it) and ``--runs-only``. A run is done when its ``result.json`` is in the state.
 
+The runner records each launch as it makes it (``launches.jsonl`` in the state: the run, when, from which commit, on
+which CPU), so that an attempt lost with its machine (nothing of it reaches a result) is still in the repository once
+the state is committed: the report names, for each finished run, the launches that left no attempt in its result.
+
 An arm's cold runs keep the rate of its first finished cold run: seeds of one arm never mix rates, even if a choice
 appears while they run (BV-Blend n = 8's, were it tuned early).
 
@@ -33,8 +37,9 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from instruments import cold_start, fair_verdict, tuning
@@ -52,7 +57,8 @@ from instruments.fair_verdict import (
     run_folder,
     steps_folder,
 )
-from instruments.provenance import committed_file
+from instruments.machine import describe_cpu
+from instruments.provenance import DIRTY, code_commit, committed_file
 from instruments.strict_json import strict_dumps
 
 ROOT = fair_verdict.ROOT
@@ -68,6 +74,7 @@ STATE_FOLDERS = (TUNING, OWN_LR, COLD_SELECTION, COLD_ARMS_STATE)  # what a new 
 MIN_TUNING_RUNS = len(tuning.START_LRS) * len(tuning.TUNING_SEEDS)  # the fewest runs an arm's tuning takes
 
 TUNING_STAGE, SELECTION_STAGE, OWN_STAGE, COLD_STAGE = "tuning", "cold selection", "own rate", "cold start"
+LAUNCHES = "launches.jsonl"  # in the state's root: one line a launch, appended as the runner makes it
 
 
 # ----------------------------------------------------------------------------------------------- the commands
@@ -139,6 +146,50 @@ class Plan:
     @property
     def complete(self) -> bool:
         return not self.runs and not self.waiting
+
+
+# ------------------------------------------------------------------------------------------------ launches
+def record_launch(regime: Path, run: Run) -> dict:
+    """Appends the launch of ``run`` to the state's ``launches.jsonl``, before the run starts: which run (its result's
+    path in the state), when, from which commit (and whether the tree was clean), on which CPU; returns the line."""
+    commit = code_commit()
+    line = {"result": str(run.result(regime).relative_to(regime)), "run": run.describe(),
+            "launched_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit.removesuffix(DIRTY), "tree_clean": not commit.endswith(DIRTY), "cpu": describe_cpu()}
+    regime.mkdir(parents=True, exist_ok=True)
+    with (regime / LAUNCHES).open("a") as f:
+        f.write(strict_dumps(line, indent=None) + "\n")
+    return line
+
+
+def read_launches(regime: Path) -> dict[str, list[dict]]:
+    """The launches the state records, by their run's result path (relative to ``regime``), oldest first."""
+    path = regime / LAUNCHES
+    launches: dict[str, list[dict]] = {}
+    for number, text in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+            launches.setdefault(line["result"], []).append(line)
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}, line {number}, is not a launch record ({e}): restore the file from git "
+                             f"(git checkout -- {path.name}), or delete the line") from e
+    return {result: sorted(lines, key=lambda line: line["launched_utc"]) for result, lines in launches.items()}
+
+
+def launches_without_attempt(launches: Sequence[dict], attempt_starts: Iterable[str | None]) -> list[dict]:
+    """The launches of one run that left no attempt in its result: none of the result's attempts (kept or replaced)
+    started between the launch and the run's next launch: an attempt lost with its machine, or a launch that failed
+    before verl started, or one that only re-read a run verl had finished (it starts no attempt). A result whose
+    attempts' starts are not kept cannot tell: it names none."""
+    starts = [datetime.fromisoformat(s) for s in attempt_starts if s]
+    if not starts or not launches:
+        return []
+    times = [datetime.fromisoformat(line["launched_utc"]) for line in launches]
+    ends = [*times[1:], None]
+    return [line for line, launched, end in zip(launches, times, ends, strict=True)
+            if not any(launched <= s and (end is None or s < end) for s in starts)]
 
 
 # ------------------------------------------------------------------------------------------ reading the state
@@ -391,6 +442,6 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-__all__ = ["STATE_FOLDERS", "Plan", "Run", "compare_command", "describe", "plan", "selection_readings",
-           "state_command", "tuning_command", "tuning_finals", "wide_steps", "write_choice", "write_decisions",
-           "write_selection"]
+__all__ = ["LAUNCHES", "STATE_FOLDERS", "Plan", "Run", "compare_command", "describe", "launches_without_attempt",
+           "plan", "read_launches", "record_launch", "selection_readings", "state_command", "tuning_command",
+           "tuning_finals", "wide_steps", "write_choice", "write_decisions", "write_selection"]

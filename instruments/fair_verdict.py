@@ -11,6 +11,7 @@ State, under ``results/regime/`` (what ``scripts/run_state.py save`` keeps: resu
     cold_start/selection/steps_<k>/runs/grpo_n8_seed<s>/     the cold start's selection runs (seeds 100, 101)
     cold_start/selection.json                                the selection's decision (instruments/cold_start.py)
     cold_start/arms/<arm>_n<n>/lr_<x>/runs/<arm>_n<n>_seed<s>/  the cold start's judged runs (seeds 0-4)
+    launches.jsonl                                           the runner's launches, one line each (campaign.py)
 
 One comparison folder per arm and rate: a comparison's runs share one learning rate and one settings key. The runner
 runs each comparison in the same folder under its ``--out`` (``<out>/lr_tuning/grpo_n8/lr_1e-05``, ...).

@@ -664,6 +664,7 @@ class Provenance:
     replaced: list[tuple[int, list[Attempt]]]
     first_descends: dict[str, bool | None]  # the first attempt's commit (a replaced one, if any), per commit checked
     all_descend: bool | None  # every attempt's commit, replaced ones included, descends from the design
+    lost: list[dict] = field(default_factory=list)  # the runner's launches that left no attempt (campaign.py)
 
     @property
     def first(self) -> Attempt:
@@ -678,15 +679,19 @@ def _every(values: Sequence[bool | None]) -> bool | None:
 def provenance(regime: Path, repo: Path = fair_verdict.ROOT) -> list[Provenance]:
     """Every finished run under the fair verdict's state folders, in stage and path order."""
     checks = {"design": fair_verdict.DESIGN_COMMIT, **fair_verdict.AMENDMENT_COMMITS}
+    launches = campaign.read_launches(regime)
     out = []
     for folder, stage in PROVENANCE_STAGES:
         for run in load_runs(regime / folder):
             attempts, replaced = kept_attempts(run.result), replaced_attempts(run.result)
             first = replaced[0][1][0] if replaced else attempts[0]
             every = [a.commit for _, group in replaced for a in group] + [a.commit for a in attempts]
-            out.append(Provenance(stage, str(run.folder.relative_to(regime)), run, attempts, replaced,
+            path = str(run.folder.relative_to(regime))
+            starts = [a.started_utc for _, group in replaced for a in group] + [a.started_utc for a in attempts]
+            lost = campaign.launches_without_attempt(launches.get(f"{path}/{RESULT_FILE}", []), starts)
+            out.append(Provenance(stage, path, run, attempts, replaced,
                                   {name: descends(first.commit, commit, repo) for name, commit in checks.items()},
-                                  _every([descends(c, fair_verdict.DESIGN_COMMIT, repo) for c in every])))
+                                  _every([descends(c, fair_verdict.DESIGN_COMMIT, repo) for c in every]), lost))
     return out
 
 
@@ -704,6 +709,9 @@ def provenance_row(p: Provenance) -> str:
     attempts = "<br>".join(f"{i}. {a.describe()}" for i, a in enumerate(p.attempts, 1))
     replaced = "<br>".join(f"reached step {step}: " + "; ".join(a.describe() for a in group)
                            for step, group in p.replaced) or "none"
+    lost = "<br>".join(f"`{line['commit'][:7]}`, {'clean tree' if line['tree_clean'] else '**dirty tree**'}, "
+                       f"{line['cpu'].removeprefix('CPU: ')}, launched {line['launched_utc']}" for line in p.lost)
+    replaced += f"<br>launched, no attempt of it kept (lost with its machine): {lost}" if lost else ""
     wall = p.run.result.get("wall_s")
     ended = p.run.result.get("ended_utc")
     wall_text = ("-" if wall is None else f"{float(wall) / 60:.1f} min") + (f" (ended {ended})" if ended else "")
@@ -728,7 +736,9 @@ def runs_markdown(rows: Sequence[Provenance]) -> str:
              "started from (a resumed run's result keeps each attempt's own start and clean tree; an older one kept "
              "the first's start only, and one clean-tree flag for all its attempts: where that flag is false, it "
              "says \"not kept\"). Replaced attempts: those a fresh start replaced because they "
-             "left no usable checkpoint, with the step they had reached. Wall time: the kept attempts' verl time.", "",
+             "left no usable checkpoint, with the step they had reached, and the runner's launches "
+             f"(`{campaign.LAUNCHES}`, recorded as each run starts) after which no attempt of the result started: "
+             "lost with their machine. Wall time: the kept attempts' verl time.", "",
              f"The commit checks: whether the run's first attempt (a replaced one, where there is one) started at a "
              f"commit that is the design's (`{design}`, [fair_verdict.md](../fair_verdict.md)) or descends from it; "
              f"whether every attempt's did; and whether the first attempt's descends from "

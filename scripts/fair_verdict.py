@@ -17,9 +17,10 @@ one seed (one SmolLM2 run: 26-37 min and 13-16 GiB on the 2-core AVX-512 EPYC in
 Resuming: the state in results/regime/ decides what is done. On start, the repository's state is restored into
 --out (results, metrics, preparations), so a new machine goes on where the last stopped; on the same machine an
 interrupted run resumes from its last checkpoint in --out. A finished tuning writes its choice.json, a decided
-selection cold_start/selection.json. A failed run stops the runner; the same command resumes it. Commit
-results/regime/ after a session (the runner commits nothing). Do not run it beside scripts/tune_lr.py on the same
-arm: both would run the same run.
+selection cold_start/selection.json. A failed run stops the runner; the same command resumes it. Each launch is
+appended to results/regime/launches.jsonl as it starts, so commit results/regime/ after each run (the runner commits
+nothing): an attempt lost with its machine then stays recorded, and the report names it. Do not run it beside
+scripts/tune_lr.py on the same arm: both would run the same run.
 
 Each run records its commit and whether the tree was clean as it starts, so run it from a checkout nobody edits
 meanwhile (a git worktree with its own .venv: `git worktree add /work/wt_runs main && cd /work/wt_runs && bash
@@ -120,6 +121,7 @@ def work(a: argparse.Namespace, again: str) -> int:
                       f"{run.describe()} (about {plan.estimated} still needed): {again} goes on")
                 return 0
             bar.set_postfix_str(run.describe())
+            campaign.record_launch(a.state, run)  # before it runs: a launch lost with its machine stays recorded
             code = subprocess.call(run.command(a.out))
             if code != 0:
                 print(f"[fair verdict] {run.describe()} failed (exit {code}); its log is in "

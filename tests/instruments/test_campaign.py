@@ -341,3 +341,37 @@ def test_the_repository_s_state_gives_a_sensible_first_run(compare_cpu):
 
 def test_the_selection_s_plan_is_the_design_s(tmp_path):
     assert fair_verdict.COLD_STEPS == (20, 40) and cold_start.START_MAX == 0.05 and cold_start.GAIN == 3
+
+
+# ------------------------------------------------------------------------------------------------ launches
+def test_a_launch_is_recorded_with_its_run_commit_and_cpu(tmp_path):
+    run = Run(TUNING_STAGE, REFERENCE, 1e-5, 100, STEPS, "wide", fair_verdict.WIDE_TEST_FREQ,
+              campaign.TUNING / arm_folder(REFERENCE) / lr_folder(1e-5))
+    first, second = campaign.record_launch(tmp_path, run), campaign.record_launch(tmp_path, run)
+    result = f"lr_tuning/grpo_n8/lr_1e-05/runs/grpo_n8_seed100/{campaign.RESULT}"
+    assert first["result"] == result and first["run"] == run.describe()
+    assert len(first["commit"]) == 40 and isinstance(first["tree_clean"], bool)  # this checkout's, read at launch
+    assert first["cpu"].startswith("CPU: ")
+    assert campaign.read_launches(tmp_path) == {result: [first, second]}  # appended, each line strict JSON
+    assert len((tmp_path / campaign.LAUNCHES).read_text().splitlines()) == 2
+
+
+def test_a_launch_record_it_cannot_read_is_named_with_its_fix(tmp_path):
+    (tmp_path / campaign.LAUNCHES).write_text('{"result": "a", "launched_utc": "2026-12-06T07:00:00+00:00"}\n{"res\n')
+    with pytest.raises(ValueError, match=r"launches.jsonl, line 2, is not a launch record.*git checkout"):
+        campaign.read_launches(tmp_path)
+
+
+def _launch(time: str) -> dict:
+    return {"result": "r", "launched_utc": f"2026-12-06T{time}:00+00:00"}
+
+
+def test_a_launch_after_which_no_attempt_started_was_lost():
+    launches = [_launch("07:00"), _launch("08:00"), _launch("09:00")]
+    # the 07:00 launch's attempt was lost with its machine; 08:00 started one, and 09:00 resumed it
+    starts = ["2026-12-06T08:01:30+00:00", "2026-12-06T09:02:00+00:00"]
+    assert campaign.launches_without_attempt(launches, starts) == [launches[0]]
+    assert campaign.launches_without_attempt(launches, [*starts, "2026-12-06T07:01:00+00:00"]) == []
+    # a result whose attempts' starts are not kept cannot tell which launch was lost: it names none
+    assert campaign.launches_without_attempt(launches, [None]) == []
+    assert campaign.launches_without_attempt([], starts) == []

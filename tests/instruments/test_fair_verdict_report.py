@@ -308,12 +308,21 @@ def test_runs_md_lists_every_fair_verdict_run_with_its_commits(history, tmp_path
     for seed, record in records.items():
         path = folder / "runs" / f"grpo_n8_seed{seed}" / "result.json"
         path.write_text(json.dumps(json.loads(path.read_text()) | record))
+    # the runner's launches: seed 100's first (06:00) left nothing in the result, lost with its machine
+    launches = [(100, "06:00", "D"), (100, "06:59", "A"), (100, "07:59", "A"), (101, "09:59", "A")]
+    (regime / campaign.LAUNCHES).write_text("".join(json.dumps(
+        {"result": f"lr_tuning/grpo_n8/lr_1e-05/runs/grpo_n8_seed{seed}/result.json", "run": "r",
+         "launched_utc": f"2026-12-06T{time}:00+00:00", "commit": design, "tree_clean": True, "cpu": f"CPU: {cpu}"})
+        + "\n" for seed, time, cpu in launches))
     text = fvr.report_markdown(tmp_path / "out", regime, STEPS, repo=repo)
     runs = (tmp_path / "out" / "runs.md").read_text()
     row = {seed: _row(runs, f"| tuning | grpo n=8 (8 prompts) | 1e-05 | {seed} |") for seed in (100, 101)}
     assert len([line for line in runs.splitlines() if line.startswith("| tuning |")]) == 2  # the committed one: not
     assert f"1. `{after[:7]}`, clean tree, A, started 2026-12-06T08:00:00+00:00, from step 0" in row[100]
     assert f"reached step 3: `{before[:7]}`, clean tree, A, started 2026-12-06T07:00:00+00:00, from step 0" in row[100]
+    assert (f"launched, no attempt of it kept (lost with its machine): `{design[:7]}`, clean tree, D, launched "
+            "2026-12-06T06:00:00+00:00 |") in row[100]
+    assert "lost with its machine" not in row[101]  # its launch started the first of its attempts
     assert "| 1.7 min (ended 2026-12-06T09:00:00+00:00) | no (all 20 steps) |" in row[100]  # wall_s 100
     assert row[100].endswith("| **no** | **no** | no |")  # its first attempt, the replaced one, before the design
     assert f"2. `{after[:7]}`, clean tree, B, started at a time not kept, from step 10" in row[101]

@@ -88,6 +88,10 @@ def test_the_runs_go_in_order_each_saved_as_it_finishes_and_max_runs_stops(runne
                                ("compare", "grpo:8", "2e-05", "100", "20"),
                                ("state", "save", f"lr_tuning/grpo_n8/{lr_folder(2e-5)}")]
     assert "2 run(s) done; next: tuning: grpo:8 lr 4e-05 seed 100" in capsys.readouterr().out
+    # each launch was recorded in the state before its run ran
+    launched = campaign.read_launches(tmp_path / "state")
+    assert [lines[0]["run"] for lines in launched.values()] == [
+        "tuning: grpo:8 lr 1e-05 seed 100 (wide, 20 steps)", "tuning: grpo:8 lr 2e-05 seed 100 (wide, 20 steps)"]
     # the same command again restores the state first and goes on where it stopped
     code, processes = runner("--max-runs", "1")
     assert processes.calls[0] == ("state", "restore", "lr_tuning")
