@@ -58,7 +58,7 @@ from instruments.fair_verdict import (
     steps_folder,
 )
 from instruments.machine import describe_cpu
-from instruments.provenance import DIRTY, code_commit, committed_file
+from instruments.provenance import commit_at_start, committed_file
 from instruments.strict_json import strict_dumps
 
 ROOT = fair_verdict.ROOT
@@ -152,10 +152,9 @@ class Plan:
 def record_launch(regime: Path, run: Run) -> dict:
     """Appends the launch of ``run`` to the state's ``launches.jsonl``, before the run starts: which run (its result's
     path in the state), when, from which commit (and whether the tree was clean), on which CPU; returns the line."""
-    commit = code_commit()
     line = {"result": str(run.result(regime).relative_to(regime)), "run": run.describe(),
             "launched_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit.removesuffix(DIRTY), "tree_clean": not commit.endswith(DIRTY), "cpu": describe_cpu()}
+            **commit_at_start(), "cpu": describe_cpu()}
     regime.mkdir(parents=True, exist_ok=True)
     with (regime / LAUNCHES).open("a") as f:
         f.write(strict_dumps(line, indent=None) + "\n")

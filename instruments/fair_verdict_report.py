@@ -684,14 +684,13 @@ def provenance(regime: Path, repo: Path = fair_verdict.ROOT) -> list[Provenance]
     for folder, stage in PROVENANCE_STAGES:
         for run in load_runs(regime / folder):
             attempts, replaced = kept_attempts(run.result), replaced_attempts(run.result)
-            first = replaced[0][1][0] if replaced else attempts[0]
-            every = [a.commit for _, group in replaced for a in group] + [a.commit for a in attempts]
+            every = [a for _, group in replaced for a in group] + attempts  # in the order they started
             path = str(run.folder.relative_to(regime))
-            starts = [a.started_utc for _, group in replaced for a in group] + [a.started_utc for a in attempts]
-            lost = campaign.launches_without_attempt(launches.get(f"{path}/{RESULT_FILE}", []), starts)
+            lost = campaign.launches_without_attempt(launches.get(f"{path}/{RESULT_FILE}", []),
+                                                     [a.started_utc for a in every])
             out.append(Provenance(stage, path, run, attempts, replaced,
-                                  {name: descends(first.commit, commit, repo) for name, commit in checks.items()},
-                                  _every([descends(c, fair_verdict.DESIGN_COMMIT, repo) for c in every]), lost))
+                                  {name: descends(every[0].commit, commit, repo) for name, commit in checks.items()},
+                                  _every([descends(a.commit, fair_verdict.DESIGN_COMMIT, repo) for a in every]), lost))
     return out
 
 

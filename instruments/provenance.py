@@ -26,6 +26,12 @@ def code_commit() -> str:
     return head + (DIRTY if dirty else "")
 
 
+def commit_at_start() -> dict:
+    """What a run or a launch records of its code as it starts: the commit, and whether the tree matched it."""
+    commit = code_commit()
+    return {"commit": commit.removesuffix(DIRTY), "tree_clean": not commit.endswith(DIRTY)}
+
+
 def committed_file(path: Path) -> str:
     """The last commit that changed ``path``, which must be tracked by git and unchanged since; raises with the fix
     otherwise (a setting read from a file nobody committed, or edited after its commit, has no date to name)."""

@@ -34,8 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bv_blend.core.jsonl import jsonl_lines
+from instruments import provenance
 from instruments.machine import describe_cpu
-from instruments.provenance import DIRTY, code_commit
 from instruments.run.verl_run import MEMORY_FILE, STOP_FILE
 from instruments.strict_json import strict_dumps
 
@@ -114,11 +114,11 @@ def start_attempt(run_dir: Path, from_step: int | None) -> None:
         last_log = run_dir / f"verl.part{len(metrics_files(run_dir)) - 1}.log"
         attempts[-1]["wall_s"] = (last_log.stat().st_mtime if last_log.is_file() else time.time()) \
             - attempts[-1]["started_unix"]
-    commit = code_commit()  # read as the attempt starts: what it runs, whatever is committed while it runs
     attempts.append({"started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      "started_unix": time.time(), "from_step": from_step or 0, "wall_s": None,
                      "cpu": describe_cpu(),  # a folder that persists may be resumed on another kind of machine
-                     "commit": commit.removesuffix(DIRTY), "tree_clean": not commit.endswith(DIRTY)})
+                     # read as the attempt starts: what it runs, whatever is committed while it runs
+                     **provenance.commit_at_start()})
     (run_dir / ATTEMPTS).write_text(strict_dumps(attempts))
     (run_dir / MEMORY_FILE).unlink(missing_ok=True)  # an earlier attempt's, not this one's
 

@@ -16,6 +16,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
+from instruments import provenance
 from instruments.compare import arms as compare_arms
 from instruments.compare import report as compare_report
 from instruments.compare import runs as compare_runs
@@ -185,11 +186,11 @@ def test_a_run_records_the_commit_it_started_from_not_one_made_while_it_ran(setu
     become the run's."""
     s, prepared, out, key = setup
     spec = compare_arms.grid([("grpo", 4)], 8, [0])[0]
-    monkeypatch.setattr(compare_runs.resume, "code_commit", lambda: "a1b2c3d")
+    monkeypatch.setattr(provenance, "code_commit", lambda: "a1b2c3d")
     fake = _fake_verl([])
 
     def commits_while_running(*args, **kwargs):
-        monkeypatch.setattr(compare_runs.resume, "code_commit", lambda: "e4f5a6b+dirty")
+        monkeypatch.setattr(provenance, "code_commit", lambda: "e4f5a6b+dirty")
         monkeypatch.setattr(compare_runs, "code_commit", lambda: "e4f5a6b+dirty")
         return fake(*args, **kwargs)
 
