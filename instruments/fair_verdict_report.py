@@ -832,12 +832,22 @@ def campaign_lines(regime: Path, finished: Sequence[Run] = ()) -> list[str]:
     lines = [f"About {plan.estimated} runs are still needed in all; {len(plan.runs)} of them are decided now "
              f"(`python scripts/fair_verdict.py --next` lists them in order)"
              + (f", the next: {plan.runs[0].describe()}." if plan.runs else ".")]
-    walls = [float(run.result["wall_s"]) / 60 for run in finished if run.result.get("wall_s") is not None]
-    if walls:
-        cpus = sorted({str(run.result.get("cpu", "CPU not kept")).removeprefix("CPU: ") for run in finished})
-        lines[-1] += (f" At the {len(walls)} finished run{'s' if len(walls) > 1 else ''}' mean wall time, "
-                      f"{np.mean(walls):.0f} min ({', '.join(cpus)}), that is about "
-                      f"{plan.estimated * np.mean(walls) / 60:.0f} hours of one machine.")
+    walls: dict[str, list[float]] = {}  # by kind of CPU: machines of one kind differ by twice in a run's time
+    for run in finished:
+        if run.result.get("wall_s") is not None:
+            cpu = str(run.result.get("cpu", "CPU not kept")).removeprefix("CPU: ")
+            walls.setdefault(cpu, []).append(float(run.result["wall_s"]) / 60)
+    if len(walls) == 1:
+        (cpu, minutes), = walls.items()
+        lines[-1] += (f" At the {len(minutes)} finished run{'s' if len(minutes) > 1 else ''}' mean wall time, "
+                      f"{np.mean(minutes):.0f} min ({cpu}), that is about "
+                      f"{plan.estimated * np.mean(minutes) / 60:.0f} hours of one machine.")
+    elif walls:
+        means = sorted((np.mean(minutes), cpu, len(minutes)) for cpu, minutes in walls.items())
+        each = ", ".join(f"{mean:.0f} min on {cpu} ({n} run{'s' if n > 1 else ''})" for mean, cpu, n in means)
+        lines[-1] += (f" At the finished runs' mean wall time on each kind of CPU, {each}, that is about "
+                      f"{plan.estimated * means[0][0] / 60:.0f} to {plan.estimated * means[-1][0] / 60:.0f} hours "
+                      "of one machine, by the kind that runs them.")
     if plan.waiting:
         lines += ["", "Not decided yet, and what each waits for:", "", *(f"- {item}" for item in plan.waiting)]
     if plan.notes:

@@ -357,3 +357,20 @@ def test_what_is_left_is_timed_at_the_finished_runs_mean_wall(tmp_path):
     text = "\n".join(fvr.campaign_lines(regime, finished))
     assert f"At the 2 finished runs' mean wall time, 35 min (cpu A), that is about {left * 35 / 60:.0f} hours" in text
     assert "mean wall time" not in "\n".join(fvr.campaign_lines(regime))
+
+
+def test_what_is_left_is_timed_by_kind_of_cpu_where_the_runs_ran_on_several(tmp_path):
+    """A 30-min run on one CPU and a 60-min run on another: the rest is timed at each, not at their mean."""
+    regime = tmp_path / "regime"
+    for lr, wall, cpu in ((1e-5, 1800.0, "CPU: fast"), (2e-5, 3600.0, "CPU: slow")):
+        _save(regime / campaign.TUNING / "grpo_n8" / fair_verdict.lr_folder(lr), "grpo:8", 100, lr,
+              {0: 0.1, 10: 0.3, STEPS: 0.5})
+        path = regime / campaign.TUNING / "grpo_n8" / fair_verdict.lr_folder(lr) / "runs" / "grpo_n8_seed100"
+        result = json.loads((path / "result.json").read_text())
+        (path / "result.json").write_text(json.dumps(result | {"wall_s": wall, "cpu": cpu}))
+    finished = [run for folder in sorted((regime / campaign.TUNING / "grpo_n8").iterdir())
+                for run in fvr.load_runs(folder)]
+    left = campaign.plan(regime).estimated
+    text = "\n".join(fvr.campaign_lines(regime, finished))
+    assert (f"30 min on fast (1 run), 60 min on slow (1 run), that is about {left * 30 / 60:.0f} to "
+            f"{left * 60 / 60:.0f} hours") in text
