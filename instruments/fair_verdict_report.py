@@ -837,17 +837,13 @@ def campaign_lines(regime: Path, finished: Sequence[Run] = ()) -> list[str]:
         if run.result.get("wall_s") is not None:
             cpu = str(run.result.get("cpu", "CPU not kept")).removeprefix("CPU: ")
             walls.setdefault(cpu, []).append(float(run.result["wall_s"]) / 60)
-    if len(walls) == 1:
-        (cpu, minutes), = walls.items()
-        lines[-1] += (f" At the {len(minutes)} finished run{'s' if len(minutes) > 1 else ''}' mean wall time, "
-                      f"{np.mean(minutes):.0f} min ({cpu}), that is about "
-                      f"{plan.estimated * np.mean(minutes) / 60:.0f} hours of one machine.")
-    elif walls:
+    if walls:
         means = sorted((np.mean(minutes), cpu, len(minutes)) for cpu, minutes in walls.items())
         each = ", ".join(f"{mean:.0f} min on {cpu} ({n} run{'s' if n > 1 else ''})" for mean, cpu, n in means)
-        lines[-1] += (f" At the finished runs' mean wall time on each kind of CPU, {each}, that is about "
-                      f"{plan.estimated * means[0][0] / 60:.0f} to {plan.estimated * means[-1][0] / 60:.0f} hours "
-                      "of one machine, by the kind that runs them.")
+        low, high = (f"{plan.estimated * mean / 60:.0f}" for mean in (means[0][0], means[-1][0]))
+        hours = low if len(means) == 1 else f"{low} to {high}"
+        lines[-1] += (f" At the finished runs' mean wall time on each kind of CPU, {each}, that is about {hours} "
+                      "hours of one machine" + (", by the kind that runs them." if len(means) > 1 else "."))
     if plan.waiting:
         lines += ["", "Not decided yet, and what each waits for:", "", *(f"- {item}" for item in plan.waiting)]
     if plan.notes:

@@ -34,8 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bv_blend.core.jsonl import jsonl_lines
-from instruments import provenance
 from instruments.machine import describe_cpu
+from instruments.provenance import commit_at_start
 from instruments.run.verl_run import MEMORY_FILE, STOP_FILE
 from instruments.strict_json import strict_dumps
 
@@ -118,7 +118,7 @@ def start_attempt(run_dir: Path, from_step: int | None) -> None:
                      "started_unix": time.time(), "from_step": from_step or 0, "wall_s": None,
                      "cpu": describe_cpu(),  # a folder that persists may be resumed on another kind of machine
                      # read as the attempt starts: what it runs, whatever is committed while it runs
-                     **provenance.commit_at_start()})
+                     **commit_at_start()})
     (run_dir / ATTEMPTS).write_text(strict_dumps(attempts))
     (run_dir / MEMORY_FILE).unlink(missing_ok=True)  # an earlier attempt's, not this one's
 

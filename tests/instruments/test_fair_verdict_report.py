@@ -355,7 +355,8 @@ def test_what_is_left_is_timed_at_the_finished_runs_mean_wall(tmp_path):
                 for run in fvr.load_runs(folder)]
     left = campaign.plan(regime).estimated
     text = "\n".join(fvr.campaign_lines(regime, finished))
-    assert f"At the 2 finished runs' mean wall time, 35 min (cpu A), that is about {left * 35 / 60:.0f} hours" in text
+    assert (f"mean wall time on each kind of CPU, 35 min on cpu A (2 runs), that is about {left * 35 / 60:.0f} hours "
+            "of one machine.") in text
     assert "mean wall time" not in "\n".join(fvr.campaign_lines(regime))
 
 
