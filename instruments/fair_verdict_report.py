@@ -841,9 +841,9 @@ def campaign_lines(regime: Path, finished: Sequence[Run] = ()) -> list[str]:
         means = sorted((np.mean(minutes), cpu, len(minutes)) for cpu, minutes in walls.items())
         each = ", ".join(f"{mean:.0f} min on {cpu} ({n} run{'s' if n > 1 else ''})" for mean, cpu, n in means)
         low, high = (f"{plan.estimated * mean / 60:.0f}" for mean in (means[0][0], means[-1][0]))
-        hours = low if len(means) == 1 else f"{low} to {high}"
+        hours, end = (low, ".") if len(means) == 1 else (f"{low} to {high}", ", by the kind that runs them.")
         lines[-1] += (f" At the finished runs' mean wall time on each kind of CPU, {each}, that is about {hours} "
-                      "hours of one machine" + (", by the kind that runs them." if len(means) > 1 else "."))
+                      f"hours of one machine{end}")
     if plan.waiting:
         lines += ["", "Not decided yet, and what each waits for:", "", *(f"- {item}" for item in plan.waiting)]
     if plan.notes:
