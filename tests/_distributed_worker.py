@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -72,28 +72,25 @@ def gloo_group(rank: int, world_size: int, init_file: str) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def run_rank(
-    rank: int, world_size: int, init_file: str, out_dir: str, seed: int, binary: bool, never_varies: bool = False
-) -> None:
-    with gloo_group(rank, world_size, init_file):
-        estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
-        results = []
-        for rewards, uids, clusters, groups in make_calls(seed, **call_options(binary, never_varies)):
-            rows = rows_of_rank(groups, rank, world_size)
-            if len(rows):
-                # A rank with rows also holds a padding row, as verl's balancing would add.
-                local_rewards = torch.cat([rewards[rows], torch.tensor([1.0])])
-                local_uids = np.concatenate([uids[rows], np.array([f"pad{rank}"], dtype=object)])
-                local_clusters = torch.cat([clusters[rows], torch.tensor([0])])
-                advantages = estimator.compute(local_rewards, local_uids, local_clusters)[:-1]
-            else:  # an empty local batch must still join the collective
-                advantages = estimator.compute(
-                    torch.zeros(0), np.array([], dtype=object), torch.zeros(0, dtype=torch.long)
-                )
-            results.append(
-                {"rows": torch.from_numpy(rows), "advantages": advantages, "metrics": dict(estimator.metrics)}
+def run_rank(rank: int, world_size: int, out_dir: str, seed: int, binary: bool, never_varies: bool = False) -> None:
+    estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5))
+    results = []
+    for rewards, uids, clusters, groups in make_calls(seed, **call_options(binary, never_varies)):
+        rows = rows_of_rank(groups, rank, world_size)
+        if len(rows):
+            # A rank with rows also holds a padding row, as verl's balancing would add.
+            local_rewards = torch.cat([rewards[rows], torch.tensor([1.0])])
+            local_uids = np.concatenate([uids[rows], np.array([f"pad{rank}"], dtype=object)])
+            local_clusters = torch.cat([clusters[rows], torch.tensor([0])])
+            advantages = estimator.compute(local_rewards, local_uids, local_clusters)[:-1]
+        else:  # an empty local batch must still join the collective
+            advantages = estimator.compute(
+                torch.zeros(0), np.array([], dtype=object), torch.zeros(0, dtype=torch.long)
             )
-        torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
+        results.append(
+            {"rows": torch.from_numpy(rows), "advantages": advantages, "metrics": dict(estimator.metrics)}
+        )
+    torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
 
 
 def prompt_keys_of(uids: np.ndarray) -> np.ndarray:
@@ -102,25 +99,24 @@ def prompt_keys_of(uids: np.ndarray) -> np.ndarray:
 
 
 def run_rank_with_a_bad_call(
-    rank: int, world_size: int, init_file: str, out_dir: str, seed: int, history_level: str = "cluster"
+    rank: int, world_size: int, out_dir: str, seed: int, history_level: str = "cluster"
 ) -> None:
     """Call 0 is good everywhere; in call 1 rank 1 holds a NaN reward; call 2 is good again."""
-    with gloo_group(rank, world_size, init_file):
-        estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5, history_level=history_level))
-        calls = make_calls(seed, num_calls=3)
-        states, errors = [], []
-        for call, (rewards, uids, clusters, groups) in enumerate(calls):
-            rows = rows_of_rank(groups, rank, world_size)
-            local_rewards = rewards[rows].clone()
-            if call == 1 and rank == 1:
-                local_rewards[0] = float("nan")
-            try:
-                estimator.compute(local_rewards, uids[rows], clusters[rows], prompt_keys=prompt_keys_of(uids[rows]))
-                errors.append(None)
-            except ValueError as error:
-                errors.append(str(error))
-            states.append(estimator.state_dict())
-        torch.save({"states": states, "errors": errors}, f"{out_dir}/rank{rank}.pt")
+    estimator = BVBlendEstimator(NUM_CLUSTERS, BVBlendConfig(temperature=0.5, history_level=history_level))
+    calls = make_calls(seed, num_calls=3)
+    states, errors = [], []
+    for call, (rewards, uids, clusters, groups) in enumerate(calls):
+        rows = rows_of_rank(groups, rank, world_size)
+        local_rewards = rewards[rows].clone()
+        if call == 1 and rank == 1:
+            local_rewards[0] = float("nan")
+        try:
+            estimator.compute(local_rewards, uids[rows], clusters[rows], prompt_keys=prompt_keys_of(uids[rows]))
+            errors.append(None)
+        except ValueError as error:
+            errors.append(str(error))
+        states.append(estimator.state_dict())
+    torch.save({"states": states, "errors": errors}, f"{out_dir}/rank{rank}.pt")
 
 
 def spo_calls(seed: int) -> list:
@@ -130,21 +126,28 @@ def spo_calls(seed: int) -> list:
             for rewards, uids, _, groups in make_calls(seed, num_calls=4)]  # fmt: skip
 
 
-def run_spo_rank(rank: int, world_size: int, init_file: str, out_dir: str, seed: int) -> None:
+def run_spo_rank(rank: int, world_size: int, out_dir: str, seed: int) -> None:
     from bv_blend import SPOEstimator
 
+    estimator, results = SPOEstimator(), []
+    calls = spo_calls(seed)
+    for call, (rewards, uids, keys, groups) in enumerate(calls):
+        rows = rows_of_rank(groups, rank, world_size)
+        local = rewards[rows].clone()
+        if call == len(calls) - 1 and rank == 1:
+            local[0] = 2.0
+        try:
+            advantages, error = estimator.compute(local, uids[rows], keys[rows]), None
+        except ValueError as exc:
+            advantages, error = None, str(exc)
+        results.append({"rows": torch.from_numpy(rows), "advantages": advantages, "error": error,
+                        "metrics": dict(estimator.metrics), "state": estimator.state_dict()})  # fmt: skip
+    torch.save(results, f"{out_dir}/rank{rank}.pt")
+
+
+def run_cases(rank: int, world_size: int, init_file: str, cases: list[tuple[Callable[..., None], str, tuple]]) -> None:
+    """Every case of one world size in one process group, each writing to its own folder: starting the processes and
+    the group costs far more than the cases (each case builds its own estimators, so none sees another's state)."""
     with gloo_group(rank, world_size, init_file):
-        estimator, results = SPOEstimator(), []
-        calls = spo_calls(seed)
-        for call, (rewards, uids, keys, groups) in enumerate(calls):
-            rows = rows_of_rank(groups, rank, world_size)
-            local = rewards[rows].clone()
-            if call == len(calls) - 1 and rank == 1:
-                local[0] = 2.0
-            try:
-                advantages, error = estimator.compute(local, uids[rows], keys[rows]), None
-            except ValueError as exc:
-                advantages, error = None, str(exc)
-            results.append({"rows": torch.from_numpy(rows), "advantages": advantages, "error": error,
-                            "metrics": dict(estimator.metrics), "state": estimator.state_dict()})  # fmt: skip
-        torch.save(results, f"{out_dir}/rank{rank}.pt")
+        for run, out_dir, args in cases:
+            run(rank, world_size, out_dir, *args)
