@@ -84,12 +84,8 @@ def run_rank(rank: int, world_size: int, out_dir: str, seed: int, binary: bool, 
             local_clusters = torch.cat([clusters[rows], torch.tensor([0])])
             advantages = estimator.compute(local_rewards, local_uids, local_clusters)[:-1]
         else:  # an empty local batch must still join the collective
-            advantages = estimator.compute(
-                torch.zeros(0), np.array([], dtype=object), torch.zeros(0, dtype=torch.long)
-            )
-        results.append(
-            {"rows": torch.from_numpy(rows), "advantages": advantages, "metrics": dict(estimator.metrics)}
-        )
+            advantages = estimator.compute(torch.zeros(0), np.array([], dtype=object), torch.zeros(0, dtype=torch.long))
+        results.append({"rows": torch.from_numpy(rows), "advantages": advantages, "metrics": dict(estimator.metrics)})
     torch.save({"state": estimator.state_dict(), "results": results}, f"{out_dir}/rank{rank}.pt")
 
 

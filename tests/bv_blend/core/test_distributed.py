@@ -41,16 +41,17 @@ def match_case(world_size: int, binary: bool, never_varies: bool) -> str:
 def ranks_saved(tmp_path_factory) -> Path:
     """Every case's ranks, one ``mp.spawn`` per world size; each case saves ``<case>/rank<r>.pt``."""
     out = tmp_path_factory.mktemp("gloo_ranks")
+
+    def case(run, name: str, *args) -> tuple:
+        (out / name).mkdir()
+        return run, str(out / name), args
+
     for world_size in (2, 4):
-        cases = [(run_rank, match_case(*case), (MATCH_SEED, *case[1:]))
-                 for case in MATCH_CASES if case[0] == world_size]  # fmt: skip
+        cases = [case(run_rank, match_case(*c), MATCH_SEED, *c[1:]) for c in MATCH_CASES if c[0] == world_size]
         if world_size == 2:
-            cases += [(run_rank_with_a_bad_call, f"bad_call_{level}", (BAD_CALL_SEED, level))
+            cases += [case(run_rank_with_a_bad_call, f"bad_call_{level}", BAD_CALL_SEED, level)
                       for level in HISTORY_LEVELS]  # fmt: skip
-            cases += [(run_spo_rank, "spo", (SPO_SEED,))]
-        cases = [(run, str(out / name), args) for run, name, args in cases]
-        for _, folder, _ in cases:
-            Path(folder).mkdir()
+            cases.append(case(run_spo_rank, "spo", SPO_SEED))
         mp.spawn(run_cases, args=(world_size, str(out / f"init{world_size}"), cases), nprocs=world_size, join=True)
     return out
 
