@@ -319,13 +319,19 @@ def job_keys(config_name: str, overrides: Iterable[str] = ()) -> list[str]:
     """The keys our side sets in the job config ``config_name`` (e.g. ``paper/qwen25_math_7b``) with ``overrides``:
     those set by our files in its defaults list (even to verl's own value), and those whose composed value
     differs from verl's ``ppo_trainer`` or that verl does not have."""
+    return list(_job_keys(config_name, tuple(overrides)))
+
+
+@cache
+def _job_keys(config_name: str, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    # cached: a composition costs seconds, and a test that reads the keys then checks them would compose twice
     job, files = _compose(config_name, overrides)
     ours = {f"{package}.{key}" if package else key for path, package in files for key in keys_set_by(path)}
     composed = _flat(job)
     stock = _flat(verl_schema())
     missing = object()
     changed = {key for key, value in composed.items() if stock.get(key, missing) != value}
-    return sorted(ours | changed)
+    return tuple(sorted(ours | changed))
 
 
 def _flat(config: DictConfig) -> dict[str, Any]:

@@ -15,6 +15,9 @@ import pytest
 from bv_blend.paper.configs import paper_config_names
 from tests._verl_schema import check_file, check_job, check_key, job_keys, keys_set_by, read_sites, verl_schema
 
+# One worker: verl's schema and its read sites (an AST pass over the installed verl) cost each process ~12 s to build.
+pytestmark = pytest.mark.xdist_group("verl_schema")
+
 REPO = Path(__file__).resolve().parents[3]
 # Every primary config verl finds by name: the base, the CPU one, and whatever sits in configs/paper/ (new files
 # included).
