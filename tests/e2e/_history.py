@@ -7,7 +7,10 @@
   exactly, so that the stop counts real steps inside verl's trainer and records them without changing the run.
   test_cpu_trainer.py, test_cpu_history.py and test_cpu_engine_death.py all read this run.
 - **SPO** (``adv_estimator=spo``, ``rollout.n=1``) with the sampler, on the legacy trainer (``trainer.use_v1=False``):
-  the sampler's one run there. test_cpu_history.py reads it.
+  the sampler's one run there. Its resumed process also carries the weight-sync fault ``fail:3``
+  (tests/e2e/weight_sync_faults.py): step 3 trains and is saved, then step 4 trains, is saved, and its weight sync
+  (the process's third: start-up's, step 3's, step 4's) fails in vLLM's worker (a run of its own until this round).
+  test_cpu_history.py and test_cpu_weight_sync.py read it.
 
 Each trains two steps, saves, and a second process resumes from that checkpoint. A prompt's history only matters
 when the prompt comes back, so the runs train on 16 distinct prompts of the session's annotated training set, 8 a
@@ -39,11 +42,14 @@ from tests.e2e._assets import CpuAssets, K
 from tests.e2e._launch import Fault, Launch, launch
 from tests.e2e.engine_faults import FAULT_ENV as ENGINE_FAULT_ENV
 from tests.e2e.engine_faults import INJECTED_FAULT as ENGINE_FAULT_MARKER
+from tests.e2e.weight_sync_faults import FAULT_ENV as SYNC_FAULT_ENV
+from tests.e2e.weight_sync_faults import INJECTED_FAILURE as SYNC_FAULT_MARKER
 
 BATCH = 8  # data.train_batch_size (cpu_tiny's)
 TRAIN_PROMPTS = 2 * BATCH  # an epoch is 2 steps: steps 3 and 4 revisit prompts of steps 1-2
 FIRST_STEPS = 2
-LAST_STEP = FIRST_STEPS + 1  # the last step a resumed process trains and saves
+LAST_STEP = FIRST_STEPS + 1  # the last step a resumed process trains, saves and logs
+RESUMED_STEPS = LAST_STEP + 1  # what a resumed process is asked for: its fault ends the step after LAST_STEP
 SEED = 3  # data.seed: the sampler's draws
 ROLLOUT_N = 4  # cpu_tiny's actor_rollout_ref.rollout.n, which the BV-Blend run keeps
 # the BV-Blend run's first process stops once it has generated this many rollouts: at the end of its last step, where
@@ -54,6 +60,9 @@ SAMPLER = ("data.history_sampler.enable=true", "data.dataloader_num_workers=0", 
 SAMPLER_METRICS = ("sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sampler/zero_variance_expected",
                    "sampler/weight_age_steps")  # fmt: skip
 MID_GENERATION = Fault("tests.e2e.engine_faults", ENGINE_FAULT_ENV, "kill_mid_generation", ENGINE_FAULT_MARKER)
+# the resumed legacy process's syncs: start-up's, then one after each update (verl saves a step before its sync)
+SYNC_AFTER_STEP_4 = Fault("tests.e2e.weight_sync_faults", SYNC_FAULT_ENV, f"fail:{RESUMED_STEPS - FIRST_STEPS + 1}",
+                          SYNC_FAULT_MARKER)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,7 @@ class Method:
     name: str
     overrides: tuple[str, ...]
     trainer: str  # the name of verl's task-runner actor in the log: which trainer ran
-    resume_steps: int  # the steps the resumed process is asked for (LAST_STEP, or one more that the fault ends)
-    resume_fault: Fault | None
+    resume_fault: Fault  # strikes in step RESUMED_STEPS, after step LAST_STEP was saved and logged
     state_file: str
     metrics: tuple[str, ...]  # logged at every step
     tracked: str  # the metric counting the prompts in the history
@@ -81,7 +89,6 @@ BLEND = Method(
     name="bv_blend_prompt_and_cluster",
     overrides=("algorithm.bv_blend.history_level=prompt_and_cluster", *SAMPLER),
     trainer="TaskRunnerV1",
-    resume_steps=LAST_STEP + 1,
     resume_fault=MID_GENERATION,
     state_file="bv_blend_state.pt",
     metrics=("bv_blend/effective_signal_ratio", "bv_blend/grpo_signal_ratio", "bv_blend/clusters_seen",
@@ -100,8 +107,7 @@ SPO_LEGACY = Method(
     name="spo_legacy",
     overrides=("algorithm.adv_estimator=spo", "actor_rollout_ref.rollout.n=1", "trainer.use_v1=False", *SAMPLER),
     trainer="TaskRunner",
-    resume_steps=LAST_STEP,
-    resume_fault=None,
+    resume_fault=SYNC_AFTER_STEP_4,
     state_file="spo_state.pt",
     metrics=("spo/p_hat_mean", "spo/n_eff_mean", "spo/first_visit_ratio", "spo/adv_before_norm_mean",
              "spo/adv_std", "spo/prompts_tracked", *SAMPLER_METRICS),  # fmt: skip
@@ -183,7 +189,7 @@ def run_history(method: Method, assets: CpuAssets) -> HistoryRun:
     first = launch([*common, f"trainer.total_training_steps={FIRST_STEPS}", f"trainer.save_freq={FIRST_STEPS}"],
                    work / "first.log", work / "first.jsonl", run_id.format("first"),
                    env=budget if method.first_budget else None)  # fmt: skip
-    second = launch([*common, f"trainer.total_training_steps={method.resume_steps}", "trainer.save_freq=1"],
+    second = launch([*common, f"trainer.total_training_steps={RESUMED_STEPS}", "trainer.save_freq=1"],
                     work / "second.log", work / "second.jsonl", run_id.format("second"), fault=method.resume_fault)
     return HistoryRun(method, work, task, first, second)
 

