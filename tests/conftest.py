@@ -1,8 +1,26 @@
 """Session-wide test settings."""
 
+import pytest
+
 from instruments.machine import describe_cpu
 
 
 def pytest_report_header() -> str:
     # CI machines of one kind differ (AVX2 only, AVX-512, AMX); a failure report must say which ran it.
     return describe_cpu()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The groups that launch verl's trainer first, then the other groups, then the single tests.
+
+    Under ``--dist loadgroup --no-loadscope-reorder`` (scripts/test.sh), pytest-xdist hands out its work units (a
+    group, or one ungrouped test) in this order. The trainer groups are the suite's longest path, so they must start
+    at once; by default xdist orders units by their number of tests, which started them behind five config groups.
+    """
+
+    def group(item: pytest.Item) -> str | None:
+        mark = item.get_closest_marker("xdist_group")
+        return str(mark.args[0]) if mark is not None else None
+
+    trainer_groups = {group(item) for item in items if item.get_closest_marker("e2e")} - {None}
+    items.sort(key=lambda item: 0 if group(item) in trainer_groups else 1 if group(item) is not None else 2)
