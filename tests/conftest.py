@@ -14,8 +14,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The groups that launch verl's trainer first, then the other groups, then the single tests.
 
     Under ``--dist loadgroup --no-loadscope-reorder`` (scripts/test.sh), pytest-xdist hands out its work units (a
-    group, or one ungrouped test) in this order. The trainer groups are the suite's longest path, so they must start
-    at once; by default xdist orders units by their number of tests, which started them behind five config groups.
+    group, or one ungrouped test) in this order: longest first, so that no trainer group starts late and holds the
+    wall on its own (by default xdist orders units by their number of tests, which put both trainer groups behind
+    five config groups). Measured on 2 AVX2 cores, the suite was bound by its total CPU work either way
+    (results/journal.md, "The test budget by kind of CPU").
     """
 
     def group(item: pytest.Item) -> str | None:
