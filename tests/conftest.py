@@ -25,4 +25,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return str(mark.args[0]) if mark is not None else None
 
     trainer_groups = {group(item) for item in items if item.get_closest_marker("e2e")} - {None}
-    items.sort(key=lambda item: 0 if group(item) in trainer_groups else 1 if group(item) is not None else 2)
+
+    def rank(item: pytest.Item) -> int:
+        name = group(item)
+        return 0 if name in trainer_groups else 1 if name is not None else 2
+
+    items.sort(key=rank)

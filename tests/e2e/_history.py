@@ -61,8 +61,8 @@ SAMPLER_METRICS = ("sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sample
                    "sampler/weight_age_steps")  # fmt: skip
 MID_GENERATION = Fault("tests.e2e.engine_faults", ENGINE_FAULT_ENV, "kill_mid_generation", ENGINE_FAULT_MARKER)
 # the resumed legacy process's syncs: start-up's, then one after each update (verl saves a step before its sync)
-SYNC_AFTER_STEP_4 = Fault("tests.e2e.weight_sync_faults", SYNC_FAULT_ENV, f"fail:{RESUMED_STEPS - FIRST_STEPS + 1}",
-                          SYNC_FAULT_MARKER)  # fmt: skip
+SYNC_AFTER_LAST_RESUMED_STEP = Fault("tests.e2e.weight_sync_faults", SYNC_FAULT_ENV,
+                                     f"fail:{RESUMED_STEPS - FIRST_STEPS + 1}", SYNC_FAULT_MARKER)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ SPO_LEGACY = Method(
     name="spo_legacy",
     overrides=("algorithm.adv_estimator=spo", "actor_rollout_ref.rollout.n=1", "trainer.use_v1=False", *SAMPLER),
     trainer="TaskRunner",
-    resume_fault=SYNC_AFTER_STEP_4,
+    resume_fault=SYNC_AFTER_LAST_RESUMED_STEP,
     state_file="spo_state.pt",
     metrics=("spo/p_hat_mean", "spo/n_eff_mean", "spo/first_visit_ratio", "spo/adv_before_norm_mean",
              "spo/adv_std", "spo/prompts_tracked", *SAMPLER_METRICS),  # fmt: skip
