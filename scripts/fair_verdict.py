@@ -44,6 +44,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from instruments import campaign, fair_verdict
+from instruments.child_run import call_child_run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -122,7 +123,7 @@ def work(a: argparse.Namespace, again: str) -> int:
                 return 0
             bar.set_postfix_str(run.describe())
             campaign.record_launch(a.state, run)  # before it runs: a launch lost with its machine stays recorded
-            code = subprocess.call(run.command(a.out))
+            code = call_child_run(run.command(a.out))
             if code != 0:
                 print(f"[fair verdict] {run.describe()} failed (exit {code}); its log is in "
                       f"{a.out / run.folder / 'runs'}. Run the same command to resume it: {again}", file=sys.stderr)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from instruments.child_run import call_child_run
 from instruments.strict_json import strict_dumps
 
 SELECTION_LRS = (5e-6, 1e-5, 2e-5)
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if not a.choose:
         for lr in SELECTION_LRS:
-            code = subprocess.call(sweep_command(a.out, lr))
+            code = call_child_run(sweep_command(a.out, lr))
             if code != 0:
                 print(f"[settings] the sweep at lr {lr:g} failed (exit {code}); run the same command to resume")
                 return code

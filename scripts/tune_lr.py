@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from instruments import campaign, fair_verdict, tuning
+from instruments.child_run import call_child_run
 from instruments.fair_verdict import arm_folder
 
 STATE = fair_verdict.TUNING  # results/regime/lr_tuning: <arm>_n<n>/lr_<x>/runs/..., and choice.json
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             lr, seed = runs[0]
             bar.set_postfix_str(f"lr {lr:g} seed {seed}")
-            code = subprocess.call(campaign.tuning_command(a.arm, lr, seed, out))
+            code = call_child_run(campaign.tuning_command(a.arm, lr, seed, out))
             if code != 0:
                 print(f"[tune] lr {lr:g} seed {seed} failed (exit {code}); run the same command to resume it",
                       file=sys.stderr)

@@ -36,6 +36,7 @@ INSTRUMENT_LAYERS: dict[str, int] = {
     "stats": 0, "machine": 0, "provenance": 0,      # statistics over seeds; the machine; the commits run
     "strict_json": 0,                               # JSON without NaN or infinity (the summaries, the results)
     "allocation": 0,                                # the oracle (Knapsack) allocation of the regime's limits
+    "child_run": 0,                                 # a runner's child comparison, stopped cleanly on an interrupt
     "rule": 1,                                      # the one rule that judges every arm (results/regime.md)
     "regime": 2,                                    # the regime's arms once, and the summary the rule reads
     "cpu": 3,                                       # verl's stock trainer on CPU (imports verl, never the glue)

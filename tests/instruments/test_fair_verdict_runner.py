@@ -62,7 +62,8 @@ def runner(monkeypatch, tmp_path):
         processes = FakeProcesses(tmp_path / "out", tmp_path / "state", **fake)
         if during_compare is not None:
             processes.during_compare = during_compare
-        monkeypatch.setattr(script, "subprocess", types.SimpleNamespace(call=processes.call, run=processes.run))
+        monkeypatch.setattr(script, "call_child_run", processes.call)
+        monkeypatch.setattr(script, "subprocess", types.SimpleNamespace(run=processes.run))
         code = script.main(["--out", str(tmp_path / "out"), "--state", str(tmp_path / "state"), *args])
         return code, processes
 
