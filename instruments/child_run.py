@@ -5,6 +5,10 @@ comparison as a child. ``subprocess.call`` kills its child 0.25 s after a Ctrl-C
 the child needs seconds to stop its trainer's Ray and vLLM processes (instruments/cpu/launch.py): an interrupted
 runner then left a 13-16 GiB trainer running. Here the child runs in a session of its own, so an interrupt reaches it
 once, from the parent, and the parent waits for its clean-up.
+
+A process started in the background by a shell without job control (``nohup ... &``, a pytest-xdist worker)
+inherits SIGINT ignored, and so would its child, which then could not hear the interrupt passed on: while the child
+runs, the parent hears SIGINT as Ctrl-C, and the child starts with the default (Python's KeyboardInterrupt).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Iterator
 def call_child_run(command: list[str]) -> int:
     """``subprocess.call(command)``, but an interrupt of this process (Ctrl-C, or SIGTERM) is passed to the child once,
     as SIGINT, and waited out: the interrupt is raised here once the child has stopped its run and exited."""
-    with _sigterm_interrupts():
+    with _interrupts_heard():
         child = subprocess.Popen(command, start_new_session=True)  # a terminal's Ctrl-C reaches it only from here
         try:
             return child.wait()
@@ -43,18 +47,23 @@ def _wait_for_clean_up(child: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """While the child runs: SIGTERM (a scheduler's or ``kill``'s stop) interrupts this process as Ctrl-C does.
-    A handler the caller installed is left alone."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+def _interrupts_heard() -> Iterator[None]:
+    """While the child runs: SIGINT raises KeyboardInterrupt here even if this process inherited it ignored (a handler
+    is reset to the default in the child at exec, an ignored signal is not), and SIGTERM (a scheduler's or ``kill``'s
+    stop) interrupts as Ctrl-C does. Handlers the caller installed are left alone; off the main thread, nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
+    installed = {}
+    for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, interrupt)):
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN):
+            installed[signum] = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)

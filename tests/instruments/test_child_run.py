@@ -1,5 +1,6 @@
 """instruments/child_run.py with real processes: a runner interrupted by Ctrl-C or SIGTERM waits while its child
-(standing in for scripts/compare_cpu.py, whose clean-up takes seconds) stops, and the child hears the interrupt once.
+(standing in for scripts/compare_cpu.py, whose clean-up takes seconds) stops, and the child hears the interrupt once,
+whether the runner was started in a terminal or in the background (SIGINT inherited ignored).
 
 subprocess.call, which the runners used before, killed such a child 0.25 s after a Ctrl-C, before its clean-up: the
 first two tests fail with it."""
@@ -22,14 +23,16 @@ CHILD = """
 import pathlib, sys, time
 folder = pathlib.Path(sys.argv[1])
 (folder / "started").touch()
-heard = 0
+try:
+    time.sleep(60)
+    sys.exit(1)  # never interrupted: a failed test leaves nothing behind for long
+except KeyboardInterrupt:
+    heard = 1
 while True:
     try:
-        time.sleep(60) if heard == 0 else None
-        if heard:
-            time.sleep(1)
-            (folder / "cleaned_up").write_text(str(heard))
-            sys.exit(130)
+        time.sleep(1)
+        (folder / "cleaned_up").write_text(str(heard))
+        sys.exit(130)
     except KeyboardInterrupt:
         heard += 1
 """
@@ -45,9 +48,15 @@ except KeyboardInterrupt:
 """
 
 
-def _start_runner(folder: Path) -> subprocess.Popen:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start_runner(folder: Path, sigint_ignored: bool = True) -> subprocess.Popen:
+    """The runner as `nohup ... &` or a pytest-xdist worker starts it (SIGINT ignored), or as a terminal does."""
     runner = subprocess.Popen([sys.executable, "-c", RUNNER, CHILD, str(folder)], cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              preexec_fn=_ignore_sigint if sigint_ignored else None)  # fmt: skip
     deadline = time.monotonic() + 30
     while not (folder / "started").exists():
         assert time.monotonic() < deadline and runner.poll() is None, "the child never started"
@@ -55,9 +64,11 @@ def _start_runner(folder: Path) -> subprocess.Popen:
     return runner
 
 
+@pytest.mark.parametrize("sigint_ignored", [True, False], ids=["in_background", "in_a_terminal"])
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
-def test_an_interrupted_runner_waits_for_its_child_to_clean_up(tmp_path: Path, stop: signal.Signals) -> None:
-    runner = _start_runner(tmp_path)
+def test_an_interrupted_runner_waits_for_its_child_to_clean_up(tmp_path: Path, stop: signal.Signals,
+                                                               sigint_ignored: bool) -> None:  # fmt: skip
+    runner = _start_runner(tmp_path, sigint_ignored)
     runner.send_signal(stop)  # the runner alone, as `kill` or a scheduler sends it
     assert runner.wait(timeout=30) == 130
     assert (tmp_path / "cleaned_up").read_text() == "1", "the child must hear the interrupt once and finish cleaning up"
