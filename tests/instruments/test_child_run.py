@@ -2,8 +2,8 @@
 (standing in for scripts/compare_cpu.py, whose clean-up takes seconds) stops, and the child hears the interrupt once,
 whether the runner was started in a terminal or in the background (SIGINT inherited ignored).
 
-subprocess.call, which the runners used before, killed such a child 0.25 s after a Ctrl-C, before its clean-up: the
-first two tests fail with it."""
+subprocess.call, which the runners used before, killed such a child 0.25 s after a Ctrl-C, before its clean-up, and
+never passed on a SIGTERM: every interrupt test here fails with it."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path: Path) -> None
     assert (tmp_path / "cleaned_up").read_text() == "1"
 
 
-def test_a_child_that_finishes_gives_its_exit_code(tmp_path: Path) -> None:
+def test_a_child_that_finishes_gives_its_exit_code() -> None:
     from instruments.child_run import call_child_run
 
     assert call_child_run([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
