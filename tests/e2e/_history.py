@@ -59,8 +59,10 @@ STOP_RECORD = STOP_FILE  # where the comparison's runs keep it too
 SAMPLER = ("data.history_sampler.enable=true", "data.dataloader_num_workers=0", f"data.seed={SEED}")
 SAMPLER_METRICS = ("sampler/weight_entropy", "sampler/p_hat_mean_drawn", "sampler/zero_variance_expected",
                    "sampler/weight_age_steps")  # fmt: skip
-MID_GENERATION = Fault("tests.e2e.engine_faults", ENGINE_FAULT_ENV, "kill_mid_generation", ENGINE_FAULT_MARKER)
-# the resumed legacy process's syncs: start-up's, then one after each update (verl saves a step before its sync)
+# A resumed process's syncs: start-up's, then one after each update (verl saves a step before its sync), so its
+# generation of step RESUMED_STEPS follows sync RESUMED_STEPS - FIRST_STEPS, and that step's update the next sync.
+MID_GENERATION = Fault("tests.e2e.engine_faults", ENGINE_FAULT_ENV,
+                       f"kill_mid_generation:{RESUMED_STEPS - FIRST_STEPS}", ENGINE_FAULT_MARKER)  # fmt: skip
 SYNC_AFTER_LAST_RESUMED_STEP = Fault("tests.e2e.weight_sync_faults", SYNC_FAULT_ENV,
                                      f"fail:{RESUMED_STEPS - FIRST_STEPS + 1}", SYNC_FAULT_MARKER)  # fmt: skip
 
@@ -190,7 +192,7 @@ def run_history(method: Method, assets: CpuAssets) -> HistoryRun:
                    work / "first.log", work / "first.jsonl", run_id.format("first"),
                    env=budget if method.first_budget else None)  # fmt: skip
     second = launch([*common, f"trainer.total_training_steps={RESUMED_STEPS}", "trainer.save_freq=1"],
-                    work / "second.log", work / "second.jsonl", run_id.format("second"), fault=method.resume_fault)
+                    work / "second.log", work / "second.jsonl", run_id.format("second"), faults=(method.resume_fault,))
     return HistoryRun(method, work, task, first, second)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +26,20 @@ class Fault:
     setting: str
     marker: str | None = None
 
-    def environment(self) -> dict[str, str]:
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-        return {self.env: self.setting, "VERL_USE_EXTERNAL_MODULES": self.module, "PYTHONPATH": path}
+
+def fault_environment(faults: Sequence[Fault]) -> dict[str, str]:
+    """The variables that switch ``faults`` on in every verl process of a run (none for no fault)."""
+    if not faults:
+        return {}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    modules = ",".join(dict.fromkeys(fault.module for fault in faults))  # verl imports each module it names once
+    return {**{fault.env: fault.setting for fault in faults}, "VERL_USE_EXTERNAL_MODULES": modules, "PYTHONPATH": path}
 
 
 @dataclass(frozen=True)
 class Launch:
-    """What one run left: its exit code, log, metrics file, run id, and the seconds from the fault's first line in
-    the log to the run's end (``None`` without a fault, or when the fault never struck)."""
+    """What one run left: its exit code, log, metrics file, run id, and the seconds from the first line of a fault
+    in the log to the run's end (``None`` without a fault that prints one, or when it never struck)."""
 
     rc: int
     log: Path
@@ -45,25 +51,27 @@ class Launch:
         return self.log.read_text(errors="replace")
 
 
-def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, fault: Fault | None = None,
+def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, faults: Sequence[Fault] = (),
            timeout_s: float = 900, env: dict[str, str] | None = None) -> Launch:  # fmt: skip
-    """Runs the trainer to its end; with ``fault``, watches the live log for the fault's marker. ``env`` adds
-    variables (a run's options, e.g. instruments/cpu/budget_stop.py's rollout budget)."""
+    """Runs the trainer to its end; with ``faults``, watches the live log for their markers. ``env`` adds variables
+    (a run's options, e.g. instruments/cpu/budget_stop.py's rollout budget)."""
     seen: dict[str, float] = {}
     done = threading.Event()
+    markers = [fault.marker for fault in faults if fault.marker is not None]
 
     def watch() -> None:
         while not done.is_set():
-            if log.is_file() and fault.marker in log.read_text(errors="replace"):
+            text = log.read_text(errors="replace") if log.is_file() else ""
+            if any(marker in text for marker in markers):
                 seen["fault"] = time.monotonic()
                 return
             time.sleep(0.5)
 
-    watched = fault is not None and fault.marker is not None
+    watched = bool(markers)
     watcher = threading.Thread(target=watch, daemon=True)
     if watched:
         watcher.start()
-    extra_env = {**(fault.environment() if fault is not None else {}), **(env or {})}
+    extra_env = {**fault_environment(faults), **(env or {})}
     rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=timeout_s, run_id=run_id,
                      extra_env=extra_env or None)  # fmt: skip
     ended = time.monotonic()
@@ -72,5 +80,6 @@ def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, fault: F
         watcher.join()
     after = ended - seen["fault"] if "fault" in seen else None
     if watched:
-        print(f"{run_id}: exited {rc}, {after} s after the fault ({fault.setting})")  # pytest -rP shows it
+        settings = ", ".join(fault.setting for fault in faults)
+        print(f"{run_id}: exited {rc}, {after} s after the fault ({settings})")  # pytest -rP shows it
     return Launch(rc, log, metrics, run_id, after)

@@ -1,5 +1,6 @@
-"""What the end-to-end tests share: the session's CPU assets (tests/e2e/_assets.py) and the two history runs
-(tests/e2e/_history.py), each launched once however many test modules read it."""
+"""What the end-to-end tests share: the session's CPU assets (tests/e2e/_assets.py), the two history runs
+(tests/e2e/_history.py) and the pretrained LM's run (tests/e2e/_ntf.py), each launched once however many test
+modules read it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 
 from tests.e2e._assets import CpuAssets, build_cpu_assets
 from tests.e2e._history import BLEND, SPO_LEGACY, HistoryRun, run_history
+from tests.e2e._launch import Launch
+from tests.e2e._ntf import run_ntf
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +48,11 @@ def spo_run(cpu_assets: CpuAssets, tmp_path_factory: pytest.TempPathFactory) -> 
     """SPO at one rollout a prompt with the sampler, on verl's legacy trainer."""
     _launched_once(tmp_path_factory, SPO_LEGACY.name)
     return run_history(SPO_LEGACY, cpu_assets)
+
+
+@pytest.fixture(scope="session")
+def ntf_run(cpu_assets: CpuAssets, tmp_path_factory: pytest.TempPathFactory) -> Launch:
+    """SmolLM2 with BV-Blend at one rollout a prompt and the NTF loss; a stale rollout copy, and an engine death
+    before its last sync."""
+    _launched_once(tmp_path_factory, "ntf")
+    return run_ntf(cpu_assets)

@@ -10,9 +10,11 @@ trainer on CPU:
   trainer.v1.sampler.sync_refill_failed_groups" instead, and the test fails. This fault rides on the resumed process
   of the session's BV-Blend history run (tests/e2e/_history.py): it trains and saves step 3, then dies in step 4's
   generation (a run of its own until this round);
-- between step 1's generation and step 2's: no request fails, and the next weight sync finds the dead worker. The
-  same within two minutes, with the weight-sync deadline's ``WeightSyncTimeout``; without its send timeout the
-  sync waits forever. One run of its own.
+- between one step's generation and the next's: no request fails, and the next weight sync finds the dead worker.
+  The same within two minutes, with the weight-sync deadline's ``WeightSyncTimeout``; without its send timeout the
+  sync waits forever. This fault rides on the end of the session's SmolLM2 NTF run (tests/e2e/_ntf.py): after the
+  steps that test_cpu_ntf.py reads, the sync of one step more meets the dead engine (a tiny model's run of its own
+  until this round).
 
 The other tests check the adaptation's parts on verl's real classes, without a run (seconds).
 """
@@ -31,10 +33,10 @@ from instruments.cpu import cpu_env, rollout_patches
 from instruments.cpu.checks import CpuAdaptationWarning
 from instruments.cpu.launch import processes_of_run
 from instruments.run.report import read_metrics
-from tests.e2e._assets import CpuAssets
 from tests.e2e._history import LAST_STEP, HistoryRun
-from tests.e2e._launch import FAIL_FAST_S, Fault, Launch, launch
-from tests.e2e.engine_faults import FAULT_ENV, FAULT_STEP, INJECTED_FAULT
+from tests.e2e._launch import FAIL_FAST_S, Launch
+from tests.e2e._ntf import STEPS as NTF_STEPS
+from tests.e2e.engine_faults import fault_at_sync
 
 CAUSE = "vLLM engine died during generation"
 
@@ -64,25 +66,21 @@ def test_an_engine_that_dies_during_generation_ends_the_run_quickly_and_names_th
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)
 @pytest.mark.xdist_group("single_runs")
-def test_an_engine_that_dies_between_generations_ends_the_run_at_the_next_weight_sync(cpu_assets: CpuAssets) -> None:
+def test_an_engine_that_dies_between_generations_ends_the_run_at_the_next_weight_sync(ntf_run: Launch) -> None:
     """No request fails, so the check above never runs: the weight sync meets the dead worker first. Its sender's
     first send then has no receiver, which only the sync deadline's send timeout ends."""
-    work = cpu_assets.work
-    fault = Fault("tests.e2e.engine_faults", FAULT_ENV, "kill_before_sync", INJECTED_FAULT)
-    done = launch([*cpu_assets.overrides, f"trainer.total_training_steps={FAULT_STEP + 1}", "trainer.save_freq=-1",
-                   f"trainer.default_local_dir={work / 'kill_before_sync' / 'checkpoints'}"],
-                  work / "kill_before_sync.log", work / "kill_before_sync.jsonl", f"e2e-kill_before_sync-{work.name}",
-                  fault=fault)  # fmt: skip
+    done = ntf_run
     assert done.after_fault_s is not None, f"the engine core was never killed; see {done.log}"
     assert done.rc != 0, "a run whose engine died must not exit 0"
     assert done.after_fault_s < FAIL_FAST_S, f"the run took {done.after_fault_s:.0f} s to end after the engine died"
     text = done.text()
     assert "WeightSyncTimeout" in text and "no receiver" in text, "the run's error must name the cause"
-    # verl logs a step after its closing weight sync (PPOTrainerSync.on_step_end): step 1 ends in the failed sync
+    # verl logs a step after its closing weight sync (PPOTrainerSync.on_step_end): the last step ended in the sync
+    # that met the dead engine
     steps = _logged_steps(done)
-    assert steps == [], f"steps recorded: {steps}; step 1 ended in the sync that met the dead engine"
+    assert steps == list(range(1, NTF_STEPS + 1)), f"steps recorded: {steps}; none may follow the death"
     assert processes_of_run(done.run_id) == [], "processes of the run are still alive"
 
 
@@ -168,3 +166,11 @@ def test_a_changed_verl_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     future_server.vLLMReplica = FutureReplica
     with pytest.warns(CpuAdaptationWarning, match="engine-death check.*no longer keeps its server actors"):
         rollout_patches._patch_replicas(future_server)
+
+
+def test_a_fault_names_its_sync_and_a_malformed_setting_names_the_forms() -> None:
+    assert fault_at_sync("kill_before_sync:6") == ("kill_before_sync", 6)
+    assert fault_at_sync("kill_mid_generation:2") == ("kill_mid_generation", 2)
+    for setting in ("kill_before_sync", "kill_before_sync:0", "kill_mid_generation:x", "kill:2"):
+        with pytest.raises(ValueError, match="use one of kill_mid_generation:N, kill_before_sync:N"):
+            fault_at_sync(setting)
