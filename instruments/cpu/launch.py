@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from instruments.cpu import cpu_env
@@ -25,6 +26,27 @@ from instruments.machine import describe_cpu
 
 DEFAULT_CPU_CONFIG = "cpu_tiny"
 RUN_ID_ENV = "BV_BLEND_CPU_RUN_ID"
+# Start-up failures that another process on the machine causes, not the run: the text that names each in the log, and
+# what happened. Only runs started side by side meet them (the test suite's); a lone run does not.
+STARTUP_RACES = {
+    # verl picks a free port in its driver and a worker binds it seconds later (single_controller/ray/base.py,
+    # get_master_addr_port); a process starting meanwhile can take it first, and torch's TCPStore then fails
+    "EADDRINUSE": "a port verl had picked was taken by another process before its worker bound it",
+    # ray/_private/node.py gives the raylet a fixed 30 s to register, which 2 cores busy with other runs can miss
+    "The current node timed out during startup": "Ray's raylet did not register within Ray's fixed 30 s",
+}
+
+
+class StartupRaceRetried(UserWarning):
+    """A run failed at start-up from a race with another process on the machine and was started again."""
+
+
+def startup_race(rc: int, log_text: str, steps_logged: int) -> str | None:
+    """Why a run that exited ``rc`` with ``log_text``, having logged ``steps_logged`` steps, is worth starting again:
+    what happened, when it failed before its first step from one of :data:`STARTUP_RACES`; else ``None``."""
+    if rc in (0, 124) or steps_logged:
+        return None
+    return next((what for line, what in STARTUP_RACES.items() if line in log_text), None)
 
 
 def trainer_command(overrides: list[str], cpu_config: str = DEFAULT_CPU_CONFIG) -> list[str]:
@@ -75,6 +97,7 @@ def run_trainer(
     timeout_s: float | None = None,
     cpu_config: str = DEFAULT_CPU_CONFIG,
     run_id: str | None = None,
+    startup_retries: int = 0,
 ) -> int:
     """Runs the stock trainer on CPU to completion; returns its exit code (124 on timeout).
 
@@ -85,7 +108,50 @@ def run_trainer(
     logger writes one JSON line per step (VERL_FILE_LOGGER_PATH). ``extra_env`` adds variables; modules it names in
     ``VERL_USE_EXTERNAL_MODULES`` are imported next to the CPU platform. ``run_id`` marks every process of the run
     (see :func:`processes_of_run`); a fresh one is drawn when omitted.
+
+    ``startup_retries``: how many times a run that fails before its first step from a start-up race
+    (:data:`STARTUP_RACES`) is started again, each time with a :class:`StartupRaceRetried` warning; the failed
+    attempt's log is kept beside ``log_path`` (``<name>.attempt1``...), which it needs.
     """
+    if startup_retries and log_path is None:
+        raise ValueError("startup_retries needs a log_path: the log is where a start-up race shows")
+
+    def once() -> int:
+        return _run_once(overrides, log_path, metrics_path, extra_env, timeout_s, cpu_config, run_id)
+
+    if not startup_retries:
+        return once()
+    assert log_path is not None
+    return retry_startup_races(once, log_path, metrics_path, startup_retries)
+
+
+def retry_startup_races(run_once: Callable[[], int], log_path: Path, metrics_path: Path | None, retries: int) -> int:
+    """``run_once()`` (a run that writes ``log_path`` and logs its steps to ``metrics_path``), started again up to
+    ``retries`` times while it fails from a start-up race (:func:`startup_race`); the last exit code."""
+    attempt = 1
+    while True:
+        before = _lines(metrics_path)
+        rc = run_once()
+        what = startup_race(rc, log_path.read_text(errors="replace"), _lines(metrics_path) - before)
+        if what is None or attempt > retries:
+            return rc
+        kept = log_path.with_name(f"{log_path.name}.attempt{attempt}")
+        log_path.replace(kept)
+        attempt += 1
+        warnings.warn(f"the run exited {rc} before its first step: {what}. Started it again (attempt {attempt}); "
+                      f"the failed attempt's log is {kept}", StartupRaceRetried, stacklevel=2)  # fmt: skip
+
+
+def _lines(path: Path | None) -> int:
+    """Lines in a metrics file (verl's file logger writes one a step): 0 when there is none yet."""
+    if path is None or not path.is_file():
+        return 0
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)
+
+
+def _run_once(overrides: list[str], log_path: Path | None, metrics_path: Path | None,
+              extra_env: dict[str, str] | None, timeout_s: float | None, cpu_config: str, run_id: str | None) -> int:
     env = cpu_env({**os.environ, **(extra_env or {})})
     run_id = run_id or uuid.uuid4().hex
     env[RUN_ID_ENV] = run_id  # inherited by Ray, its workers and vLLM: how the clean-up finds them all

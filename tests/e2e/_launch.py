@@ -14,6 +14,9 @@ from instruments.cpu.launch import run_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 FAIL_FAST_S = 120  # a run whose rollout engine or weight sync broke must end within this long of the fault
+# The suite starts trainers side by side on 2 cores, where two start-up races (instruments.cpu.launch.STARTUP_RACES)
+# each failed a fresh clone once: a run that fails before its first step from one is started again, with a warning.
+STARTUP_RETRIES = 1
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, faults: 
         watcher.start()
     extra_env = {**fault_environment(faults), **(env or {})}
     rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=timeout_s, run_id=run_id,
-                     extra_env=extra_env or None)  # fmt: skip
+                     extra_env=extra_env or None, startup_retries=STARTUP_RETRIES)  # fmt: skip
     ended = time.monotonic()
     done.set()
     if watched:
