@@ -9,10 +9,12 @@ from __future__ import annotations
 import importlib.metadata as importlib_metadata
 import inspect
 import os
+from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed
+import wrapt
 
 from instruments.cpu import checks
 from instruments.cpu.checks import warn_changed
@@ -94,12 +96,17 @@ def adapt_engine_lookup() -> None:
     ``device=["cuda", "npu"]`` only ("No engine registered for device='cpu'"). FSDP2 itself runs on CPU tensors
     with gloo; only the registry key is missing. verl/workers/engine/base.py:404 reads VERL_ENGINE_DEVICE to
     override the device used for the lookup, so this sets it to "cuda" (unless the user set it).
-    """
-    from verl.workers.engine.base import EngineRegistry
 
-    if "VERL_ENGINE_DEVICE" not in inspect.getsource(EngineRegistry.get_engine_cls):
-        warn_changed("engine lookup", "EngineRegistry.get_engine_cls no longer reads VERL_ENGINE_DEVICE")
+    The check waits until verl imports the registry: importing it here pulled every engine, peft and scikit-learn
+    into each of a run's dozen processes, most of which never look an engine up (about 7 s of CPU each).
+    """
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+    wrapt.register_post_import_hook(_check_engine_lookup, "verl.workers.engine.base")
+
+
+def _check_engine_lookup(base: ModuleType) -> None:
+    if "VERL_ENGINE_DEVICE" not in inspect.getsource(base.EngineRegistry.get_engine_cls):
+        warn_changed("engine lookup", "EngineRegistry.get_engine_cls no longer reads VERL_ENGINE_DEVICE")
 
 
 ADAPTATIONS = (adapt_process_group_backend, adapt_vllm_distribution_name, adapt_engine_lookup)

@@ -16,8 +16,9 @@ from instruments.cpu import CHECKOUT, cpu_env
 from instruments.cpu.verl_patches import dedupe_backend
 
 PROBE = """
-import importlib.metadata as md, json, os, torch
+import importlib.metadata as md, json, os, sys, torch
 import verl
+engines = "verl.workers.engine.base" in sys.modules
 from verl.plugin.platform import get_platform
 from verl.utils.device import get_torch_device
 p = get_platform()
@@ -31,7 +32,7 @@ except md.PackageNotFoundError:
     vllm = None
 print("RESULT" + json.dumps({"device": p.device_name, "vllm": vllm, "engine": os.environ.get("VERL_ENGINE_DEVICE"),
     "missing": [c for c in calls if not hasattr(dev, c)], "backend": p.communication_backend_name(),
-    "free_total": list(dev.mem_get_info()) if p.device_name == "cpu" else None}))
+    "free_total": list(dev.mem_get_info()) if p.device_name == "cpu" else None, "engines_on_import": engines}))
 """
 
 
@@ -55,6 +56,8 @@ def test_cpu_platform_is_active_only_when_asked() -> None:
     assert on["engine"] == "cuda"
     assert on["missing"] == [], "verl calls device functions the CPU device module lacks"
     assert on["vllm"] is not None and on["vllm"].endswith("+cpu")
+    # verl's engines (peft, scikit-learn: ~7 s of CPU) load where verl needs one, not in each of a run's processes
+    assert not off["engines_on_import"] and not on["engines_on_import"]
     free, total = on["free_total"]
     assert 0 < free <= total
 
