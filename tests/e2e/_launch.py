@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from instruments.cpu.launch import run_trainer
 
@@ -17,6 +18,16 @@ FAIL_FAST_S = 120  # a run whose rollout engine or weight sync broke must end wi
 # The suite starts trainers side by side on 2 cores, where two start-up races (instruments.cpu.launch.STARTUP_RACES)
 # each failed a fresh clone once: a run that fails before its first step from one is started again, with a warning.
 STARTUP_RETRIES = 1
+# Ray parts that no check reads and that cost each run CPU and memory: the dashboard (its server and seven helper
+# processes, about 0.7 GB) and the idle workers Ray starts ahead for the first driver.
+LEAN_RAY_OVERRIDES = ("+ray_kwargs.ray_init.include_dashboard=false",)
+LEAN_RAY_ENV = {"RAY_prestart_worker_first_driver": "0"}
+
+
+def run_in_suite(overrides: Sequence[str], extra_env: dict[str, str] | None = None, **run: Any) -> int:
+    """instruments.cpu.launch.run_trainer as the suite runs it: with a retry after a start-up race and a lean Ray."""
+    return run_trainer([*overrides, *LEAN_RAY_OVERRIDES], extra_env={**LEAN_RAY_ENV, **(extra_env or {})},
+                       startup_retries=STARTUP_RETRIES, **run)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,8 +86,8 @@ def launch(overrides: list[str], log: Path, metrics: Path, run_id: str, faults: 
     if watched:
         watcher.start()
     extra_env = {**fault_environment(faults), **(env or {})}
-    rc = run_trainer(overrides, log_path=log, metrics_path=metrics, timeout_s=timeout_s, run_id=run_id,
-                     extra_env=extra_env or None, startup_retries=STARTUP_RETRIES)  # fmt: skip
+    rc = run_in_suite(overrides, log_path=log, metrics_path=metrics, timeout_s=timeout_s, run_id=run_id,
+                      extra_env=extra_env)  # fmt: skip
     ended = time.monotonic()
     done.set()
     if watched:

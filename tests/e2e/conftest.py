@@ -4,7 +4,10 @@ modules read it."""
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import os
+import pickle
 
 import pytest
 
@@ -16,7 +19,23 @@ from tests.e2e._ntf import run_ntf
 
 @pytest.fixture(scope="session")
 def cpu_assets(tmp_path_factory: pytest.TempPathFactory) -> CpuAssets:
-    return build_cpu_assets(tmp_path_factory.mktemp("cpu_e2e"))
+    """The task, warmed-up tiny model and codebook, built once per session; each worker writes its runs apart.
+
+    Under pytest-xdist the first worker to ask builds them (about 2 min of one core on 2 AVX2 cores) and the others
+    wait for it and read them: both trainer groups need them at once, at the suite's start, and each used to build its
+    own. The build is seeded, so every worker reads what it would have built.
+    """
+    own = tmp_path_factory.mktemp("cpu_e2e")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build_cpu_assets(own)
+    shared = tmp_path_factory.getbasetemp().parent / "cpu_e2e_assets"
+    built = shared / "assets.pickle"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, however the build ends
+        if not built.is_file():
+            shared.mkdir(exist_ok=True)
+            built.write_bytes(pickle.dumps(build_cpu_assets(shared)))
+    return dataclasses.replace(pickle.loads(built.read_bytes()), work=own)
 
 
 def _launched_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> None:

@@ -9,8 +9,6 @@ most of it verl's start-up.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -18,10 +16,10 @@ from bv_blend.core.jsonl import jsonl_records
 from bv_blend.history.priors import load_priors
 from bv_blend.verl import offline_priors
 from bv_blend.verl.training_data import training_prompts
-from instruments.cpu.launch import processes_of_run, run_trainer
+from instruments.cpu.launch import processes_of_run
 from tests._scripts import load_script
 from tests.e2e._assets import CpuAssets
-from tests.e2e._launch import STARTUP_RETRIES
+from tests.e2e._launch import run_in_suite
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.xdist_group("single_runs")]
 
@@ -32,9 +30,8 @@ def test_the_script_writes_every_training_prompts_scores_from_verls_dump(cpu_ass
                                                                         capsys) -> None:
     run_id = "e2e-priors-" + tmp_path.name
     real = offline_priors.run_generation
-    launcher = functools.partial(run_trainer, startup_retries=STARTUP_RETRIES)  # the script's, as the suite runs it
-    monkeypatch.setattr(offline_priors, "run_generation", lambda job, log, **kw: real(
-        job, log, **{**kw, "run_id": run_id, "timeout_s": 900, "cpu_launcher": launcher}))
+    monkeypatch.setattr(offline_priors, "run_generation", lambda job, log, **kw: real(  # the script's launcher, as
+        job, log, **{**kw, "run_id": run_id, "timeout_s": 900, "cpu_launcher": run_in_suite}))  # the suite runs it
     out = tmp_path / "priors.json"
     script = load_script("offline_priors")
     rc = script.main(["--cpu", "--samples", str(SAMPLES), "--out", str(out), *cpu_assets.overrides])
