@@ -491,6 +491,9 @@ def plot_mechanisms(comparison: Comparison, out_png: Path) -> Path | None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+        else:  # an empty frame would read as a plot that failed
+            ax.text(0.5, 0.5, "no arm with a history has a record yet", ha="center", va="center",
+                    transform=ax.transAxes, color="gray")
     axes[1].axhline(0.0, color="black", linewidth=0.8)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
