@@ -48,9 +48,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 # pip's own failure stops the set-up, with pip's message last on screen (the filter drops one harmless warning).
+# --no-compile: pip byte-compiles each package's files one at a time on one core; they are compiled once, below, on
+# every core.
 pip_install() {
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 | { grep -v "^WARNING: Location" || true; } \
-    || { echo "[setup] pip could not install $*; see its messages above" >&2; exit 1; }
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile -q "$@" 2>&1 \
+    | { grep -v "^WARNING: Location" || true; } || { echo "[setup] pip could not install $*; see its messages above" >&2; exit 1; }
 }
 echo "[setup] installing dependencies into $VENV (a few minutes on a fresh machine)"
 pip_install -U pip
@@ -70,6 +72,10 @@ echo "$PWD" > "$site_packages/bv_blend_instruments.pth"
 # These three PyPI wheels link against CUDA libraries that a CPU machine lacks, and fail at import time.
 # verl's text path never needs them and vLLM treats their absence as "feature off" (docs/cpu.md).
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# What pip would have compiled, on every core (-j 0). -qq and `|| true`: as pip does, a file that does not compile (a
+# template, a Python 2 test fixture inside a package) is left as it is, not a failed set-up.
+echo "[setup] compiling the installed packages"
+"$VENV/bin/python" -m compileall -qq -j 0 "$site_packages" || true
 # -I: neither the working folder nor PYTHONPATH on sys.path, so `instruments` is found through the .pth file.
 "$VENV/bin/python" -I -c "import torch, verl, bv_blend, instruments; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
   || { echo "[setup] the environment does not import; see the messages above" >&2; exit 1; }
