@@ -54,7 +54,7 @@ def _count_syncs(module: Any) -> None:
     def update_weights_from_ipc(self: Any, *args: Any, **kwargs: Any) -> Any:
         _state["syncs"] += 1
         _state["passes"] = 0
-        if fault_at_sync(os.environ[FAULT_ENV]) == ("kill_before_sync", _state["syncs"]):
+        if _fault == ("kill_before_sync", _state["syncs"]):
             _kill_engine_core(f"before weight sync {_state['syncs']}")
             os.kill(os.getpid(), signal.SIGKILL)  # and this worker, which would otherwise connect to verl's sender
         return original(self, *args, **kwargs)
@@ -77,7 +77,7 @@ def _inject(module: Any) -> None:
 
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         if (
-            fault_at_sync(os.environ[FAULT_ENV]) == ("kill_mid_generation", _state["syncs"])
+            _fault == ("kill_mid_generation", _state["syncs"])
             and scheduler_output.total_num_scheduled_tokens
         ):
             _state["passes"] += 1
@@ -89,6 +89,8 @@ def _inject(module: Any) -> None:
 
 
 if os.environ.get(FAULT_ENV):
-    fault_at_sync(os.environ[FAULT_ENV])  # a malformed setting fails in the first verl process, not in vLLM's worker
+    # parsed once, here: a malformed setting fails in the first verl process, not in vLLM's worker, and the hooks
+    # below compare with it at each sync and forward pass
+    _fault = fault_at_sync(os.environ[FAULT_ENV])
     wrapt.register_post_import_hook(_count_syncs, EXTENSION_MODULE)
     wrapt.register_post_import_hook(_inject, WORKER_MODULE)
