@@ -125,9 +125,13 @@ class Run:
         return compare_command(self.arm, self.lr, self.seed, out / self.folder, steps=self.steps, task=self.task,
                                test_freq=self.test_freq, stop_at_rollouts=self.stop_at_rollouts)
 
+    def run_dir(self, root: Path) -> Path:
+        """Its run folder under ``root``: the runner's --out while it runs, the state's results/regime/ after."""
+        return root / self.folder / "runs" / run_folder(self.arm, self.seed)
+
     def result(self, regime: Path) -> Path:
         """Where its result lies in the state once it has finished."""
-        return regime / self.folder / "runs" / run_folder(self.arm, self.seed) / RESULT
+        return self.run_dir(regime) / RESULT
 
     def describe(self) -> str:
         stop = "" if self.stop_at_rollouts is None else f", stopped at {self.stop_at_rollouts:,} rollouts"

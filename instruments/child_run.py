@@ -9,6 +9,9 @@ once, from the parent, and the parent waits for its clean-up.
 A process started in the background by a shell without job control (``nohup ... &``, a pytest-xdist worker)
 inherits SIGINT ignored, and so would its child, which then could not hear the interrupt passed on: while the child
 runs, the parent hears SIGINT as Ctrl-C, and the child starts with the default (Python's KeyboardInterrupt).
+
+A runner can also stop its child on a condition of its own (``stop_when``, polled): the child hears the same single
+SIGINT, and the runner learns that it stopped as asked (:class:`StoppedAsAsked`), not that it failed.
 """
 
 from __future__ import annotations
@@ -18,16 +21,34 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
-def call_child_run(command: list[str]) -> int:
+class StoppedAsAsked(Exception):
+    """The child was stopped because the runner's ``stop_when`` said so; it heard SIGINT once and has cleaned up."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(f"the child was stopped as asked (exit {exit_code})")
+        self.exit_code = exit_code
+
+
+def call_child_run(command: list[str], stop_when: Callable[[], bool] | None = None, poll_s: float = 30.0) -> int:
     """``subprocess.call(command)``, but an interrupt of this process (Ctrl-C, or SIGTERM) is passed to the child once,
-    as SIGINT, and waited out: the interrupt is raised here once the child has stopped its run and exited."""
+    as SIGINT, and waited out: the interrupt is raised here once the child has stopped its run and exited.
+
+    ``stop_when``, asked every ``poll_s`` seconds while the child runs, stops it the same way once it returns True;
+    :class:`StoppedAsAsked` is then raised, after the child's clean-up."""
     with _interrupts_heard():
         child = subprocess.Popen(command, start_new_session=True)  # a terminal's Ctrl-C reaches it only from here
         try:
-            return child.wait()
+            while True:
+                try:
+                    return child.wait(timeout=None if stop_when is None else poll_s)
+                except subprocess.TimeoutExpired:
+                    if stop_when():
+                        child.send_signal(signal.SIGINT)
+                        _wait_for_clean_up(child)
+                        raise StoppedAsAsked(child.returncode) from None
         except KeyboardInterrupt:
             child.send_signal(signal.SIGINT)
             _wait_for_clean_up(child)

@@ -6,6 +6,7 @@ saving each finished run's state into the repository (scripts/run_state.py) as s
     python scripts/fair_verdict.py --next           # run nothing: print the next runs, what waits and on what
     python scripts/fair_verdict.py --max-runs 2     # at most two runs this time (a session's share)
     python scripts/fair_verdict.py --stop-after-current   # asks the runner at work on --out to stop between runs
+    python scripts/fair_verdict.py --stop-at-checkpoint   # ... or sooner: once its run can resume where it stops
 
 The order (instruments/campaign.py, from the plan in instruments/fair_verdict.py): GRPO n = 8's learning-rate tuning;
 the cold start's selection at GRPO's rate (20 steps, 40 only if 20 fails: instruments/cold_start.py); REINFORCE++
@@ -36,6 +37,7 @@ resumes from its checkpoint.
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 import subprocess
 import sys
@@ -44,7 +46,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from instruments import campaign, fair_verdict
-from instruments.child_run import call_child_run
+from instruments.child_run import StoppedAsAsked, call_child_run
+from instruments.run import resume
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,6 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stop-after-current", action="store_true",
                    help="run nothing: ask the runner at work on --out to stop once its current run is finished and "
                         "saved (nothing is lost; the same command as before goes on)")
+    p.add_argument("--stop-at-checkpoint", action="store_true",
+                   help="run nothing: ask the runner at work on --out to stop its current run as soon as it has "
+                        "logged a step it saved (a checkpoint every 10 steps), or between runs; the same command "
+                        "resumes the run from there on this machine (the checkpoint stays in --out, not in the state)")
     a = p.parse_args(argv)
     if a.max_runs is not None and a.max_runs < 0:
         p.error("--max-runs must be >= 0")
@@ -86,6 +93,22 @@ def stop_request(out: Path) -> Path:
     return out / "fair_verdict.stop"
 
 
+def pause_request(out: Path) -> Path:
+    """The file that asks the runner at work on ``out`` to stop its run at its next resumable step."""
+    return out / "fair_verdict.pause"
+
+
+def pause_asked_and_resumable(out: Path, run: campaign.Run, launched_from: int | None) -> bool:
+    """Whether to stop ``run`` now: asked to (:func:`pause_request`), and it would resume from a step later than the
+    one it was launched from, and not its last (a run past its last checkpoint, or ended at its rollout budget, is
+    left to finish and be saved)."""
+    if not pause_request(out).is_file():
+        return False
+    run_dir = run.run_dir(out)
+    step = resume.resume_step(run_dir)
+    return step is not None and (launched_from or 0) < step < run.steps and resume.stopped_at(run_dir) is None
+
+
 def work(a: argparse.Namespace, again: str) -> int:
     if a.next:
         print("\n".join(campaign.describe(campaign.plan(a.state), a.out, a.state)))
@@ -96,7 +119,14 @@ def work(a: argparse.Namespace, again: str) -> int:
         print(f"[fair verdict] asked the runner on {a.out} to stop once its current run is saved "
               f"({stop_request(a.out)}; a runner started later clears it)")
         return 0
-    stop_request(a.out).unlink(missing_ok=True)  # a request left from a runner that had already stopped
+    if a.stop_at_checkpoint:
+        a.out.mkdir(parents=True, exist_ok=True)
+        pause_request(a.out).touch()
+        print(f"[fair verdict] asked the runner on {a.out} to stop its run once it has logged a step it saved "
+              f"({pause_request(a.out)}; a runner started later clears it)")
+        return 0
+    for request in (stop_request(a.out), pause_request(a.out)):
+        request.unlink(missing_ok=True)  # a request left from a runner that had already stopped
     for folder in campaign.STATE_FOLDERS:  # a new machine goes on from the repository's state
         if (a.state / folder).is_dir():
             state("restore", a.out, a.state, folder)
@@ -115,15 +145,25 @@ def work(a: argparse.Namespace, again: str) -> int:
                 print(f"[fair verdict] {run.describe()} finished, but {run.result(a.state)} is not there: see "
                       f"{a.out / run.folder}", file=sys.stderr)
                 return 1
-            asked = stop_request(a.out).is_file()
+            asked = stop_request(a.out).is_file() or pause_request(a.out).is_file()
             if asked or (a.max_runs is not None and done >= a.max_runs):
                 stop_request(a.out).unlink(missing_ok=True)
+                pause_request(a.out).unlink(missing_ok=True)
                 print(f"[fair verdict] {done} run(s) done{', stopped as asked' if asked else ''}; next: "
                       f"{run.describe()} (about {plan.estimated} still needed): {again} goes on")
                 return 0
             bar.set_postfix_str(run.describe())
             campaign.record_launch(a.state, run)  # before it runs: a launch lost with its machine stays recorded
-            code = call_child_run(run.command(a.out))
+            run_dir = run.run_dir(a.out)
+            pause = functools.partial(pause_asked_and_resumable, a.out, run, resume.resume_step(run_dir))
+            try:
+                code = call_child_run(run.command(a.out), stop_when=pause)
+            except StoppedAsAsked:
+                pause_request(a.out).unlink(missing_ok=True)
+                print(f"[fair verdict] {done} run(s) done, stopped as asked: {run.describe()} stopped after step "
+                      f"{resume.resume_step(run_dir)}, whose checkpoint is in {run_dir / resume.CHECKPOINTS}; "
+                      f"{again} resumes it from there")
+                return 0
             if code != 0:
                 print(f"[fair verdict] {run.describe()} failed (exit {code}); its log is in "
                       f"{a.out / run.folder / 'runs'}. Run the same command to resume it: {again}", file=sys.stderr)

@@ -87,3 +87,27 @@ def test_a_child_that_finishes_gives_its_exit_code() -> None:
     from instruments.child_run import call_child_run
 
     assert call_child_run([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+
+
+def test_a_child_stopped_on_the_runners_condition_cleans_up_and_says_so(tmp_path: Path) -> None:
+    """``stop_when`` (scripts/fair_verdict.py --stop-at-checkpoint): polled while the child runs; once it holds, the
+    child hears one SIGINT, cleans up, and the runner learns it stopped as asked rather than failed."""
+    from instruments.child_run import StoppedAsAsked, call_child_run
+
+    asked = []
+
+    def stop_once_started() -> bool:
+        asked.append(time.monotonic())
+        return (tmp_path / "started").exists()
+
+    with pytest.raises(StoppedAsAsked) as stopped:
+        call_child_run([sys.executable, "-c", CHILD, str(tmp_path)], stop_when=stop_once_started, poll_s=0.1)
+    assert stopped.value.exit_code == 130
+    assert (tmp_path / "cleaned_up").read_text() == "1"
+    assert len(asked) >= 1
+
+
+def test_a_child_that_finishes_before_the_condition_holds_gives_its_exit_code() -> None:
+    from instruments.child_run import call_child_run
+
+    assert call_child_run([sys.executable, "-c", "import sys; sys.exit(3)"], stop_when=lambda: False, poll_s=0.1) == 3

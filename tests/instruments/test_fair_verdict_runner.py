@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from instruments import campaign, tuning
+from instruments.child_run import StoppedAsAsked
 from instruments.fair_verdict import REFERENCE, arm_folder, lr_folder, run_folder
 from tests._scripts import load_script
 
@@ -30,13 +31,15 @@ class FakeProcesses:
         self.calls: list[tuple[str, ...]] = []
         self.during_compare = lambda count: None  # what happens meanwhile, by the compare call's number
 
-    def call(self, command: list[str]) -> int:
+    def call(self, command: list[str], stop_when=None) -> int:
         assert command[1].endswith("scripts/compare_cpu.py")
         arm, seed, lr = _value(command, "--arms"), int(_value(command, "--seeds")), float(_value(command, "--lr"))
         steps = int(_value(command, "--steps"))
         self.calls.append(("compare", arm, f"{lr:g}", str(seed), str(steps)))
         count = len([c for c in self.calls if c[0] == "compare"])
         self.during_compare(count)
+        if stop_when is not None and stop_when():  # call_child_run asks while the run runs, and stops it
+            raise StoppedAsAsked(130)
         if self.fail is not None and count == self.fail:
             return 1
         if not self.lose:
@@ -121,6 +124,55 @@ def test_a_stop_asked_of_no_runner_does_not_stop_the_next_one(runner, tmp_path):
     assert runner.script.stop_request(tmp_path / "out").is_file()
     code, processes = runner("--max-runs", "1")
     assert code == 0 and [c[2] for c in processes.calls if c[0] == "compare"] == ["1e-05"]
+
+
+def _log_steps(run_dir: Path, logged: int, checkpoints: tuple[int, ...]) -> None:
+    """A run folder as verl leaves it part way: metrics lines of steps 1..logged, checkpoint folders of some steps."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, logged + 1)))
+    for step in checkpoints:
+        (run_dir / "checkpoints" / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+
+
+def _first_run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "out" / "lr_tuning" / "grpo_n8" / lr_folder(1e-5) / "runs" / run_folder(REFERENCE, 100)
+
+
+@pytest.mark.parametrize(("logged", "checkpoints", "stops"), [
+    (10, (10,), True),  # step 10 saved and logged: it resumes there
+    (10, (), False),  # nothing saved since its launch
+    (9, (10,), False),  # saved inside step 10, which was never logged: it would resume from the start
+    (20, (10, 20), False),  # its last step: left to finish and be saved
+], ids=["saved_and_logged", "no_checkpoint", "checkpoint_not_logged", "last_step"])  # fmt: skip
+def test_stop_at_checkpoint_stops_a_run_only_where_it_can_resume(runner, tmp_path, capsys, logged, checkpoints,
+                                                                 stops):  # fmt: skip
+    def ask_while_the_first_logs(count: int) -> None:
+        if count == 1:
+            _log_steps(_first_run_dir(tmp_path), logged, checkpoints)
+            assert runner.script.main(["--out", str(tmp_path / "out"), "--stop-at-checkpoint"]) == 0
+
+    code, processes = runner(during_compare=ask_while_the_first_logs)
+    out = capsys.readouterr().out
+    assert code == 0 and not runner.script.pause_request(tmp_path / "out").exists()
+    assert [c for c in processes.calls if c[0] == "compare"] == [("compare", "grpo:8", "1e-05", "100", "20")]
+    if stops:  # stopped mid-run, not saved into the state: it is not finished
+        assert ("state", "save", f"lr_tuning/grpo_n8/{lr_folder(1e-5)}") not in processes.calls
+        assert "0 run(s) done, stopped as asked: tuning: grpo:8 lr 1e-05 seed 100 (wide, 20 steps) stopped after " \
+               "step 10" in out
+    else:  # the run finished and was saved, and the runner stopped before the next
+        assert processes.calls[-1] == ("state", "save", f"lr_tuning/grpo_n8/{lr_folder(1e-5)}")
+        assert "1 run(s) done, stopped as asked; next: tuning: grpo:8 lr 2e-05 seed 100" in out
+
+
+def test_stop_at_checkpoint_waits_for_a_step_later_than_the_run_resumed_from(runner, tmp_path, capsys):
+    _log_steps(_first_run_dir(tmp_path), 10, (10,))  # an earlier attempt's: this launch resumes from step 10
+
+    def ask(count: int) -> None:
+        if count == 1:
+            assert runner.script.main(["--out", str(tmp_path / "out"), "--stop-at-checkpoint"]) == 0
+
+    code, processes = runner(during_compare=ask)
+    assert code == 0 and processes.calls[-1] == ("state", "save", f"lr_tuning/grpo_n8/{lr_folder(1e-5)}")
 
 
 def test_a_finished_tuning_writes_its_choice_and_the_selection_follows(runner, tmp_path):
