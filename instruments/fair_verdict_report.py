@@ -31,8 +31,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from instruments import campaign, cold_start, fair_verdict, rule, stats, tuning  # noqa: E402
-from instruments.compare import readings  # noqa: E402
+from instruments import campaign, cold_start, fair_verdict, regime, rule, stats, tuning  # noqa: E402
+from instruments.compare import no_revisit, readings  # noqa: E402
 from instruments.compare import report as compare_report  # noqa: E402
 from instruments.compare.arms import arm_label  # noqa: E402
 from instruments.compare.runs import RESULT_FILE  # noqa: E402
@@ -577,6 +577,77 @@ def cold_lines(comparison: Comparison, png: str | None) -> list[str]:
     return lines
 
 
+# ---------------------------------------------------------------------------------- the rule's pick, by regime
+def arm_needs(arm: str) -> str:
+    """What ``arm`` needs beyond verl's stock trainer, on the rule's scale (``regime.NEEDS``, simplest first): that of
+    the regime arm it is (``no_revisit.REGIME_ARMS``). The cold start's lever adds the package's sampler to BV-Blend's
+    cluster level (``fair_verdict.SAME_RATE_AS``) and needs what that level needs, the codebook (amendment 2)."""
+    method, n = fair_verdict.SAME_RATE_AS.get(arm, arm).split(":")
+    key = {pair: key for key, pair in no_revisit.REGIME_ARMS.items()}[(method, int(n))]
+    return regime.ARMS[key].needs
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The rule's pick over one regime's arms, or why it is pending."""
+
+    regime: str
+    arms: tuple[str, ...]
+    recommendation: rule.Recommendation | None
+    pending: str = ""
+
+
+def regime_pick(regime_name: str, comparison: Comparison, arms: Sequence[str]) -> Pick:
+    """``rule.recommend`` over ``arms`` of one comparison (fair_verdict.md, amendment 2): each arm's paired difference
+    to GRPO n = 8 and its per-seed finals as the rule reads them, the comparison as the one instrument (the pretrained
+    LM's, the tie-breaker), the simplest of a tied set by :func:`arm_needs`. Pending until every arm, the reference
+    included, has its ``rule.MIN_SEEDS`` judged seeds."""
+    short = {a: len(comparison.arms.get(a, {})) for a in arms if len(comparison.arms.get(a, {})) < rule.MIN_SEEDS}
+    if short:
+        return Pick(regime_name, tuple(arms), None, "pending: " + "; ".join(
+            f"{_label(a)}: {comparison.absent[a].removeprefix('pending: ')}" if a in comparison.absent else
+            f"{_label(a)} has {k} of {rule.MIN_SEEDS} seeds" for a, k in short.items()))
+    reference = _results(comparison.arms[fair_verdict.REFERENCE])
+    differences, finals = {}, {}
+    for arm in arms:
+        if arm == fair_verdict.REFERENCE:
+            continue
+        read = readings.rule_reading(_results(comparison.arms[arm]), reference)
+        differences[arm] = {no_revisit.INSTRUMENT: read.summary.difference}
+        finals[arm] = {no_revisit.INSTRUMENT: read.summary.finals}
+    simplicity = {arm: regime.NEEDS.index(arm_needs(arm)) for arm in differences}
+    return Pick(regime_name, tuple(arms), rule.recommend(differences, frozenset(), finals, simplicity))
+
+
+def regime_picks(at_own: Comparison, cold: Comparison) -> list[Pick]:
+    """The wide task at each arm's own rate (the tuned arms; BV-Blend n = 8, the first cut, only once its tuning has
+    chosen) and the cold start (its six arms)."""
+    wide = [a for a in fair_verdict.TUNED_ARMS if a != fair_verdict.CUT_FIRST or at_own.lrs.get(a) is not None]
+    return [regime_pick("a prompt seen about once, on a task the model partly solves (the wide task, each arm at its "
+                        "own rate)", at_own, wide),
+            regime_pick("a cold start: most groups all-wrong at first (the cold task)", cold, fair_verdict.COLD_ARMS)]
+
+
+def pick_text(pick: Pick) -> str:
+    r = pick.recommendation
+    if r is None:
+        return pick.pending
+    if r.arm is None:
+        return f"no arm is ahead of {_label(fair_verdict.REFERENCE)}: it stays the pick"
+    if r.resolved:
+        ahead = ", ".join(_label(a) for a in r.qualified[1:])
+        return f"**{_label(r.arm)}**: ahead of {_label(fair_verdict.REFERENCE)}" + (
+            f", and resolved ahead of the other arms ahead of it ({ahead})" if ahead else ", the only arm ahead of it")
+    tied = ", ".join(_label(a) for a in r.tied)
+    return f"**{_label(r.arm)}**, the simplest of the arms tied ahead of {_label(fair_verdict.REFERENCE)} ({tied})"
+
+
+def pick_lines(picks: Sequence[Pick]) -> list[str]:
+    lines = ["| your run | arms judged | the rule's pick |", "|---|---|---|"]
+    lines += [f"| {p.regime} | {', '.join(_label(a) for a in p.arms)} | {pick_text(p)} |" for p in picks]
+    return [*lines, ""]
+
+
 # ------------------------------------------------------------------------------------------------- provenance
 RUNS_MD = "runs.md"
 # The fair verdict's own runs, by the folder each kind keeps its state in and its stage's name (the committed
@@ -924,9 +995,17 @@ def report_markdown(out_dir: Path, regime: Path = fair_verdict.REGIME, steps: in
             lines += ["![held-out curves in the cold start](curves_cold_start.png)", ""]
         # the readings beside the rule's (fair_verdict.md, section 4), DAPO's three ways at the budget it stopped at
         lines += ["### 4.3. The readings beside the rule's in the cold start", "", *readings_lines(cold)]
+    lines += ["## 5. What the rule recommends, by regime", "",
+              "The committed rule's pick (`instruments/rule.py`, unchanged) over each regime's arms, as "
+              "fair_verdict.md amendment 2 fixes it: an arm qualifies if it is ahead of GRPO n = 8; the qualified "
+              "arm with the largest difference is picked if its paired interval over each other qualified arm lies "
+              "above zero, else the simplest of those it is tied with (verl's stock estimators, then the package's "
+              "without a codebook, with one, with offline priors). README's \"Which setting to run\" reads this "
+              "table.", "",
+              *pick_lines(regime_picks(at_own, cold))]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RUNS_MD).write_text(runs_markdown(rows))
-    lines += ["## 5. Where every run came from", "", *provenance_lines(rows)]
+    lines += ["## 6. Where every run came from", "", *provenance_lines(rows)]
     return "\n".join(lines).rstrip() + "\n"
 
 

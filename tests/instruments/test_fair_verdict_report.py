@@ -375,3 +375,59 @@ def test_what_is_left_is_timed_by_kind_of_cpu_where_the_runs_ran_on_several(tmp_
     text = "\n".join(fvr.campaign_lines(regime, finished))
     assert (f"30 min on fast (1 run), 60 min on slow (1 run), that is about {left * 30 / 60:.0f} to "
             f"{left * 60 / 60:.0f} hours") in text
+
+
+def test_each_arm_needs_what_its_regime_arm_needs_and_the_lever_the_codebook():
+    needs = {arm: fvr.arm_needs(arm) for arm in dict.fromkeys([*fair_verdict.TUNED_ARMS, *fair_verdict.COLD_ARMS])}
+    assert needs == {"grpo:8": "verl", "reinforce_plus_plus:1": "verl", "bv_blend:2": "codebook",
+                     "bv_blend:8": "codebook", "grpo_dynamic:8": "verl", "bv_blend_sampler_epoch:2": "codebook"}
+
+
+def _cold(tmp_path: Path, finals: dict[str, list[float]]) -> fvr.Comparison:
+    folder = tmp_path / "cold"
+    for arm, by_seed in finals.items():
+        for seed, final in enumerate(by_seed):
+            _save(folder / fair_verdict.arm_folder(arm) / "lr_2e-05", arm, seed, 2e-5, {0: 0.02, 10: 0.1, 20: final})
+    return fvr.cold_arms_comparison(folder)
+
+
+GRPO_FINALS = [0.20, 0.22, 0.18, 0.21, 0.19]
+
+
+@pytest.mark.parametrize(("rpp_gain", "pick", "resolved"), [
+    (0.095, "reinforce_plus_plus:1", False),  # BV-Blend's lead over it holds zero: tied, and verl's is simpler
+    (0.02, "bv_blend:2", True),  # BV-Blend resolved ahead of it: picked although it needs a codebook
+], ids=["tied_the_simplest", "resolved_the_leader"])  # fmt: skip
+def test_the_regime_pick_is_the_rules(tmp_path, rpp_gain, pick, resolved):
+    noise = [0.010, -0.012, 0.008, -0.006, 0.0]
+    cold = _cold(tmp_path, {
+        "grpo:8": GRPO_FINALS,
+        "bv_blend:2": [g + 0.10 + 0.002 * s for s, g in enumerate(GRPO_FINALS)],
+        "reinforce_plus_plus:1": [g + rpp_gain + e for g, e in zip(GRPO_FINALS, noise, strict=True)],
+    })
+    found = fvr.regime_pick("cold", cold, ["grpo:8", "bv_blend:2", "reinforce_plus_plus:1"])
+    assert found.recommendation.qualified[0] == "bv_blend:2"  # the largest difference leads
+    assert found.recommendation.arm == pick and found.recommendation.resolved is resolved
+    text = fvr.pick_text(found)
+    assert text.startswith(f"**{fvr._label(pick)}**") and ("simplest" in text) is not resolved
+
+
+def test_the_regime_pick_waits_for_every_arm_s_five_seeds_and_may_keep_grpo(tmp_path):
+    short = _cold(tmp_path / "a", {"grpo:8": GRPO_FINALS, "bv_blend:2": [0.5] * 4})
+    found = fvr.regime_pick("cold", short, ["grpo:8", "bv_blend:2"])
+    assert found.recommendation is None and found.pending == "pending: bv_blend n=2 (32 prompts) has 4 of 5 seeds"
+    behind = _cold(tmp_path / "b", {"grpo:8": GRPO_FINALS, "bv_blend:2": [g - 0.05 for g in GRPO_FINALS]})
+    kept = fvr.regime_pick("cold", behind, ["grpo:8", "bv_blend:2"])
+    assert kept.recommendation.arm is None and "it stays the pick" in fvr.pick_text(kept)
+
+
+def test_the_report_says_which_regime_picks_are_pending(state, tmp_path):
+    text = fvr.report_markdown(tmp_path / "out", state, STEPS)
+    # at its own rate only GRPO has chosen (its committed runs count); BV-Blend n = 8, the first cut, is not awaited
+    wide = _row(text, "| a prompt seen about")
+    assert "| grpo n=8 (8 prompts), reinforce_plus_plus n=1 (64 prompts), bv_blend n=2 (32 prompts) | pending: " \
+           "reinforce_plus_plus n=1 (64 prompts): no rate of its own yet: its tuning has not chosen; bv_blend n=2 " \
+           "(32 prompts): no rate of its own yet: its tuning has not chosen |" in wide
+    # in the cold start GRPO and BV-Blend n = 2 have their five seeds, the other four arms none
+    cold = _row(text, "| a cold start")
+    assert "pending: bv_blend n=8 (8 prompts): no run finished;" in cold and "grpo n=8 (8 prompts):" not in cold
