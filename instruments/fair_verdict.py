@@ -43,7 +43,7 @@ VAL_SAMPLES = 4
 # fixed before any of its runs, and its amendments, each before the runs it concerns. The report's provenance table
 # checks each run's commits against them (git merge-base --is-ancestor).
 DESIGN_COMMIT = "9b8da05"
-AMENDMENT_COMMITS = {"amendment 1": "b9f88c9"}
+AMENDMENT_COMMITS = {"amendment 1": "b9f88c9", "amendment 2": "2161c46"}
 
 REFERENCE = "grpo:8"
 # Each core arm at its own rate, tuned in this order: GRPO first (its rate is the cold start's), BV-Blend n = 8 last

@@ -142,12 +142,12 @@ def test_the_script_reads_the_committed_comparison(tmp_path):
     assert "| equal wall time | 2 |" in text and "seed 2: no metrics kept by the reference" in text
     assert (tmp_path / "curves_grpo_rate.png").is_file()
     # the first tuning run (GRPO n = 8, 1e-5, seed 100): 46cc1f7, after a first attempt at 6b7b822 replaced at step 0,
-    # both after the design (9b8da05), both before amendment 1 (b9f88c9), which was added while it ran
+    # both after the design (9b8da05), both before amendments 1 (b9f88c9, added while it ran) and 2 (2161c46)
     row = _row((tmp_path / "runs.md").read_text(), "| tuning | grpo n=8 (8 prompts) | 1e-05 | 100 |")
     assert "1. `46cc1f7`, clean tree," in row and "reached step 0: `6b7b822`, clean tree," in row
     known = subprocess.run(["git", "cat-file", "-e", "9b8da05^{commit}"], cwd=fair_verdict.ROOT,
                            capture_output=True).returncode == 0 if shutil.which("git") else False
-    assert row.endswith("| yes | yes | no |" if known else "| unknown | unknown | unknown |")
+    assert row.endswith("| yes | yes | no | no |" if known else "| unknown | unknown | unknown | unknown |")
     assert (tmp_path / "tuning.png").is_file() and "](tuning.png)" in text
     # the committed report's readings at GRPO's rate (what the README quotes) are what the code makes of the runs
     section = lambda t: t[t.index("### 3.1."):t.index("### 3.2.")]  # noqa: E731
