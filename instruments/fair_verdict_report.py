@@ -602,7 +602,8 @@ def regime_pick(regime_name: str, comparison: Comparison, arms: Sequence[str]) -
     to GRPO n = 8 and its per-seed finals as the rule reads them, the comparison as the one instrument (the pretrained
     LM's, the tie-breaker), the simplest of a tied set by :func:`arm_needs`. Pending until every arm, the reference
     included, has its ``rule.MIN_SEEDS`` judged seeds."""
-    short = {a: len(comparison.arms.get(a, {})) for a in arms if len(comparison.arms.get(a, {})) < rule.MIN_SEEDS}
+    seeds = {a: len(comparison.arms.get(a, {})) for a in arms}
+    short = {a: k for a, k in seeds.items() if k < rule.MIN_SEEDS}
     if short:
         return Pick(regime_name, tuple(arms), None, "pending: " + "; ".join(
             f"{_label(a)}: {comparison.absent[a].removeprefix('pending: ')}" if a in comparison.absent else

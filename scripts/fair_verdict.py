@@ -98,6 +98,19 @@ def pause_request(out: Path) -> Path:
     return out / "fair_verdict.pause"
 
 
+def ask_runner(request: Path, what: str) -> int:
+    """Leaves ``request`` for the runner at work on its folder (the runner reads it; one started later clears it)."""
+    request.parent.mkdir(parents=True, exist_ok=True)
+    request.touch()
+    print(f"[fair verdict] asked the runner on {request.parent} {what} ({request}; a runner started later clears it)")
+    return 0
+
+
+def clear_requests(out: Path) -> None:
+    for request in (stop_request(out), pause_request(out)):
+        request.unlink(missing_ok=True)
+
+
 def pause_asked_and_resumable(out: Path, run: campaign.Run, launched_from: int | None) -> bool:
     """Whether to stop ``run`` now: asked to (:func:`pause_request`), and it would resume from a step later than the
     one it was launched from, and not its last (a run past its last checkpoint, or ended at its rollout budget, is
@@ -114,19 +127,10 @@ def work(a: argparse.Namespace, again: str) -> int:
         print("\n".join(campaign.describe(campaign.plan(a.state), a.out, a.state)))
         return 0
     if a.stop_after_current:
-        a.out.mkdir(parents=True, exist_ok=True)
-        stop_request(a.out).touch()
-        print(f"[fair verdict] asked the runner on {a.out} to stop once its current run is saved "
-              f"({stop_request(a.out)}; a runner started later clears it)")
-        return 0
+        return ask_runner(stop_request(a.out), "to stop once its current run is saved")
     if a.stop_at_checkpoint:
-        a.out.mkdir(parents=True, exist_ok=True)
-        pause_request(a.out).touch()
-        print(f"[fair verdict] asked the runner on {a.out} to stop its run once it has logged a step it saved "
-              f"({pause_request(a.out)}; a runner started later clears it)")
-        return 0
-    for request in (stop_request(a.out), pause_request(a.out)):
-        request.unlink(missing_ok=True)  # a request left from a runner that had already stopped
+        return ask_runner(pause_request(a.out), "to stop its run once it has logged a step it saved")
+    clear_requests(a.out)  # a request left from a runner that had already stopped
     for folder in campaign.STATE_FOLDERS:  # a new machine goes on from the repository's state
         if (a.state / folder).is_dir():
             state("restore", a.out, a.state, folder)
@@ -147,8 +151,7 @@ def work(a: argparse.Namespace, again: str) -> int:
                 return 1
             asked = stop_request(a.out).is_file() or pause_request(a.out).is_file()
             if asked or (a.max_runs is not None and done >= a.max_runs):
-                stop_request(a.out).unlink(missing_ok=True)
-                pause_request(a.out).unlink(missing_ok=True)
+                clear_requests(a.out)
                 print(f"[fair verdict] {done} run(s) done{', stopped as asked' if asked else ''}; next: "
                       f"{run.describe()} (about {plan.estimated} still needed): {again} goes on")
                 return 0
@@ -159,7 +162,7 @@ def work(a: argparse.Namespace, again: str) -> int:
             try:
                 code = call_child_run(run.command(a.out), stop_when=pause)
             except StoppedAsAsked:
-                pause_request(a.out).unlink(missing_ok=True)
+                clear_requests(a.out)
                 print(f"[fair verdict] {done} run(s) done, stopped as asked: {run.describe()} stopped after step "
                       f"{resume.resume_step(run_dir)}, whose checkpoint is in {run_dir / resume.CHECKPOINTS}; "
                       f"{again} resumes it from there")
